@@ -1,0 +1,33 @@
+# The README's two commands. Set-up lives inside them and is idempotent:
+# the venv is created once and re-installed only when pyproject.toml changes.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: setup test test-unit serve clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/pytest tests
+
+test-unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+serve: $(STAMP)
+	$(BIN)/hygraph serve
+
+clean:
+	rm -rf $(VENV) .pytest_cache

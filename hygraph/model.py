@@ -1,0 +1,242 @@
+"""Records with stable content-derived ids (ARCHITECTURE.md §3) and the JSONL loaders.
+
+Ids never depend on processing order, so re-ingesting a document is a no-op and a
+journal replay is idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from hygraph.errors import InputError
+
+
+def sha1(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+_PUNCT = re.compile(r"[^\w\s]")
+_SPACE = re.compile(r"\s+")
+
+
+def normalize_name(name: str) -> str:
+    """Entity id: NFKC, casefold, punctuation dropped, whitespace collapsed ("U.S. Army" -> "us army")."""
+    text = unicodedata.normalize("NFKC", name).casefold()
+    text = _PUNCT.sub("", text)
+    return _SPACE.sub(" ", text).strip()
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def make(text: str, id: str | None = None, title: str = "",
+             metadata: dict[str, Any] | None = None) -> "Document":
+        return Document(id=id or sha1(title + "\n" + text), text=text, title=title,
+                        metadata=dict(metadata or {}))
+
+    @property
+    def full_text(self) -> str:
+        """What is indexed: the title line then the text (shared/data/README.md)."""
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+@dataclass(frozen=True)
+class Chunk:
+    id: str  # doc_id:ordinal
+    doc_id: str
+    ordinal: int
+    text: str
+    n_tokens: int
+    title: str = ""
+
+    @staticmethod
+    def chunk_id(doc_id: str, ordinal: int) -> str:
+        return f"{doc_id}:{ordinal}"
+
+
+@dataclass(frozen=True)
+class Entity:
+    id: str  # normalized name
+    name: str
+    type: str = ""
+    description: str = ""
+    score: float = 1.0
+
+
+@dataclass(frozen=True)
+class Relation:
+    id: str  # sha1(head|relation|tail) over entity ids
+    head: str  # entity id
+    relation: str
+    tail: str  # entity id
+    score: float = 1.0
+
+    @staticmethod
+    def make(head: str, relation: str, tail: str, score: float = 1.0) -> "Relation":
+        h, t = normalize_name(head), normalize_name(tail)
+        return Relation(id=sha1(f"{h}|{relation.strip().lower()}|{t}"), head=h,
+                        relation=relation.strip(), tail=t, score=score)
+
+    @property
+    def text(self) -> str:
+        return f"{self.head} {self.relation} {self.tail}"
+
+
+@dataclass(frozen=True)
+class Hyperedge:
+    id: str  # sha1(text)
+    text: str  # the n-ary fact in natural language
+    entities: tuple[str, ...]  # entity ids
+    score: float = 1.0
+
+    @staticmethod
+    def make(text: str, entities: list[str], score: float = 1.0) -> "Hyperedge":
+        ents = tuple(sorted({normalize_name(e) for e in entities if normalize_name(e)}))
+        return Hyperedge(id=sha1(text.strip()), text=text.strip(), entities=ents, score=score)
+
+
+@dataclass
+class Extraction:
+    """What the `extract` role returns for one chunk."""
+
+    chunk_id: str
+    entities: list[Entity] = field(default_factory=list)
+    relations: list[Relation] = field(default_factory=list)
+    hyperedges: list[Hyperedge] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SummaryNode:
+    id: str  # "L{layer}:{ordinal}" within a version
+    layer: int  # 1 = summaries over layer-0 nodes (chunks, entities)
+    ordinal: int
+    text: str
+    children: tuple[str, ...]  # node ids one layer down
+    key: str = ""  # sha1 of the sorted children: an unchanged member set reuses its summary
+
+    @staticmethod
+    def node_id(layer: int, ordinal: int) -> str:
+        return f"L{layer}:{ordinal}"
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    supporting_ids: tuple[str, ...]
+
+
+def _read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: file not found")
+    with p.open("r", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{p}:{lineno}: expected a JSON object")
+            yield lineno, row
+
+
+def _field(row: dict[str, Any], name: str, kind: type, where: str, required: bool = True) -> Any:
+    if name not in row or row[name] is None:
+        if required:
+            raise InputError(f"{where}: missing field '{name}'")
+        return None
+    value = row[name]
+    if not isinstance(value, kind):
+        raise InputError(f"{where}: field '{name}' must be {kind.__name__}")
+    return value
+
+
+def document_from_dict(row: dict[str, Any], where: str) -> Document:
+    """One corpus/API record -> Document; `where` prefixes every error (file:line or field path)."""
+    text = _field(row, "text", str, where)
+    if not text.strip():
+        raise InputError(f"{where}: field 'text' is empty")
+    doc_id = _field(row, "id", str, where, required=False)
+    if doc_id is not None and not doc_id.strip():
+        raise InputError(f"{where}: field 'id' is empty")
+    title = _field(row, "title", str, where, required=False) or ""
+    metadata = _field(row, "metadata", dict, where, required=False) or {}
+    return Document.make(text=text, id=doc_id, title=title, metadata=metadata)
+
+
+def load_corpus(path: str | Path) -> list[Document]:
+    """Read a whole corpus file; any malformed line fails the load before anything is written."""
+    docs: list[Document] = []
+    seen: dict[str, int] = {}
+    for lineno, row in _read_jsonl(path):
+        where = f"{path}:{lineno}"
+        doc = document_from_dict(row, where)
+        if doc.id in seen:
+            raise InputError(f"{where}: duplicate id '{doc.id}' (first at line {seen[doc.id]})")
+        seen[doc.id] = lineno
+        docs.append(doc)
+    if not docs:
+        raise InputError(f"{path}: no documents")
+    return docs
+
+
+def load_questions(path: str | Path) -> list[Question]:
+    out: list[Question] = []
+    for lineno, row in _read_jsonl(path):
+        where = f"{path}:{lineno}"
+        q = _field(row, "question", str, where)
+        if not q.strip():
+            raise InputError(f"{where}: field 'question' is empty")
+        answers = _field(row, "answers", list, where)
+        supporting = _field(row, "supporting_ids", list, where, required=False) or []
+        if not all(isinstance(a, str) for a in answers):
+            raise InputError(f"{where}: field 'answers' must be a list of strings")
+        out.append(Question(id=str(row.get("id", lineno)), question=q, answers=tuple(answers),
+                            supporting_ids=tuple(str(s) for s in supporting)))
+    if not out:
+        raise InputError(f"{path}: no questions")
+    return out
+
+
+@dataclass(frozen=True)
+class TripleRecord:
+    passage_id: str
+    triples: tuple[tuple[str, str, str], ...]
+    entities: tuple[str, ...]
+
+
+def load_triples(path: str | Path) -> list[TripleRecord]:
+    """Precomputed OpenIE output: {"passage_id", "triples": [[h, r, t], ...], "entities": [...]}."""
+    out: list[TripleRecord] = []
+    for lineno, row in _read_jsonl(path):
+        where = f"{path}:{lineno}"
+        pid = _field(row, "passage_id", str, where)
+        triples = _field(row, "triples", list, where)
+        ents = _field(row, "entities", list, where, required=False) or []
+        clean: list[tuple[str, str, str]] = []
+        for i, t in enumerate(triples):
+            # OpenIE output has occasional 2- or 4-element rows; only well-formed triples are kept.
+            if isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) and x.strip() for x in t):
+                clean.append((t[0], t[1], t[2]))
+            elif not isinstance(t, list):
+                raise InputError(f"{where}: triples[{i}] must be a list")
+        out.append(TripleRecord(pid, tuple(clean), tuple(str(e) for e in ents if str(e).strip())))
+    return out
