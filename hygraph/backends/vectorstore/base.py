@@ -1,0 +1,48 @@
+"""The vector store Protocol: named collections of (id, vector, kind, layer, version) rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, Sequence
+
+import numpy as np
+
+Metric = Literal["IP", "L2"]
+
+# One collection per record kind (ARCHITECTURE.md §3); `hyperbolic` holds Lorentz/L2 vectors.
+KINDS = ("chunks", "entities", "relations", "hyperedges", "summaries", "hyperbolic")
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float  # similarity for IP, squared distance for L2 (lower is nearer)
+    layer: int = 0
+
+
+class VectorStore(Protocol):
+    def create(self, name: str, dim: int, metric: Metric) -> None:
+        """Create an empty collection (dropping any leftover of the same name)."""
+        ...
+
+    def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
+               layers: Sequence[int] | None = None) -> None: ...
+
+    def delete(self, name: str, ids: Sequence[str]) -> None: ...
+
+    def seal(self, name: str) -> None:
+        """Flush, build the vector index and load it for search."""
+        ...
+
+    def search(self, name: str, queries: np.ndarray, k: int,
+               layer: int | None = None) -> list[list[Hit]]: ...
+
+    def drop(self, name: str) -> None: ...
+
+    def exists(self, name: str) -> bool: ...
+
+    def ping(self) -> None:
+        """Raise StoreUnavailable when the store cannot be reached."""
+        ...
+
+    def close(self) -> None: ...

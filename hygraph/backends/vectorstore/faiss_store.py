@@ -1,0 +1,119 @@
+"""In-process FAISS store, persisted per collection under a directory (faiss-gpu when configured)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from hygraph.backends.vectorstore.base import Hit, Metric
+from hygraph.config import VectorStoreConfig
+from hygraph.errors import StoreError
+
+
+class FaissStore:
+    """Exact search (IndexFlat*) with an id map; rows are rewritten on upsert and saved on seal."""
+
+    def __init__(self, cfg: VectorStoreConfig, root: str | os.PathLike[str], device: str) -> None:
+        self.cfg = cfg
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.device = device
+        self._cols: dict[str, dict] = {}
+
+    def _path(self, name: str) -> Path:
+        return self.root / name
+
+    def _load(self, name: str) -> dict:
+        if name not in self._cols:
+            meta = self._path(name) / "meta.json"
+            if not meta.is_file():
+                raise StoreError(f"faiss collection {name} not found under {self.root}")
+            info = json.loads(meta.read_text())
+            data = np.load(self._path(name) / "rows.npz", allow_pickle=False)
+            self._cols[name] = {"metric": info["metric"], "dim": info["dim"],
+                                "ids": list(data["ids"]), "vecs": data["vecs"], "layers": data["layers"],
+                                "index": None}
+        return self._cols[name]
+
+    def ping(self) -> None:
+        if not self.root.is_dir():
+            raise StoreError(f"faiss store directory {self.root} is missing")
+
+    def exists(self, name: str) -> bool:
+        return name in self._cols or (self._path(name) / "meta.json").is_file()
+
+    def create(self, name: str, dim: int, metric: Metric) -> None:
+        self._cols[name] = {"metric": metric, "dim": dim, "ids": [], "layers": np.zeros(0, np.int64),
+                            "vecs": np.zeros((0, dim), np.float32), "index": None}
+
+    def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
+               layers: Sequence[int] | None = None) -> None:
+        col = self._load(name)
+        self.delete(name, ids)
+        col["ids"].extend(ids)
+        col["vecs"] = np.vstack([col["vecs"], np.asarray(vectors, np.float32)])
+        lay = np.asarray(layers if layers is not None else np.zeros(len(ids)), np.int64)
+        col["layers"] = np.concatenate([col["layers"], lay])
+        col["index"] = None
+
+    def delete(self, name: str, ids: Sequence[str]) -> None:
+        col = self._load(name)
+        gone = set(ids)
+        keep = np.array([i not in gone for i in col["ids"]], dtype=bool)
+        if not keep.all():
+            col["ids"] = [i for i, k in zip(col["ids"], keep) if k]
+            col["vecs"], col["layers"], col["index"] = col["vecs"][keep], col["layers"][keep], None
+
+    def seal(self, name: str) -> None:
+        col = self._load(name)
+        path = self._path(name)
+        path.mkdir(parents=True, exist_ok=True)
+        tmp = path / "rows.tmp.npz"
+        np.savez(tmp, ids=np.array(col["ids"], dtype=str), vecs=col["vecs"], layers=col["layers"])
+        os.replace(tmp, path / "rows.npz")
+        (path / "meta.json").write_text(json.dumps({"metric": col["metric"], "dim": col["dim"]}))
+
+    def _index(self, col: dict):  # noqa: ANN202 - faiss types are untyped
+        if col["index"] is None:
+            import faiss
+
+            index = faiss.IndexFlatIP(col["dim"]) if col["metric"] == "IP" else faiss.IndexFlatL2(col["dim"])
+            if self.device == "cuda":
+                index = faiss.index_cpu_to_all_gpus(index)
+            index.add(col["vecs"])
+            col["index"] = index
+        return col["index"]
+
+    def search(self, name: str, queries: np.ndarray, k: int, layer: int | None = None) -> list[list[Hit]]:
+        col = self._load(name)
+        if not col["ids"]:
+            return [[] for _ in range(len(queries))]
+        q = np.asarray(queries, np.float32)
+        if layer is not None:
+            rows = np.flatnonzero(col["layers"] == layer)
+            sub = col["vecs"][rows]
+            scores = sub @ q.T if col["metric"] == "IP" else -((sub[:, None, :] - q[None]) ** 2).sum(-1)
+            out = []
+            for j in range(len(q)):
+                top = np.argsort(-scores[:, j], kind="stable")[:k]
+                out.append([Hit(col["ids"][rows[t]], float(scores[t, j] if col["metric"] == "IP" else -scores[t, j]),
+                                layer) for t in top])
+            return out
+        dist, idx = self._index(col).search(q, min(k, len(col["ids"])))
+        return [[Hit(col["ids"][i], float(d), int(col["layers"][i])) for d, i in zip(drow, irow) if i >= 0]
+                for drow, irow in zip(dist, idx)]
+
+    def drop(self, name: str) -> None:
+        self._cols.pop(name, None)
+        path = self._path(name)
+        if path.is_dir():
+            for f in path.iterdir():
+                f.unlink()
+            path.rmdir()
+
+    def close(self) -> None:
+        self._cols.clear()

@@ -1,0 +1,151 @@
+"""The managed `milvus-lite server`: one per data directory, shared by every local process.
+
+Milvus Lite lets only one process open a data file, so the first hygraph process that
+needs it starts the gRPC server on 127.0.0.1 and records its port in `server.json`;
+later processes (a second CLI, Ray workers, Serve replicas) attach by URI. Each
+process registers a client file; the last one to leave stops the server, so two
+`hygraph query` runs can share an index and `hygraph serve` leaves no orphan behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from hygraph.errors import StoreUnavailable
+
+START_TIMEOUT_S = 30.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _executable() -> str:
+    beside = Path(sys.executable).with_name("milvus-lite")
+    return str(beside) if beside.exists() else (shutil.which("milvus-lite") or "milvus-lite")
+
+
+class LiteServer:
+    """Attach to, or start, the Milvus Lite server of `data_dir`; `uri` is what clients connect to."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.host = host
+        self.port = port
+        self.pid = 0
+        self._client_file: Path | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def _state(self) -> Path:
+        return self.data_dir / "server.json"
+
+    def _live_clients(self) -> list[Path]:
+        clients = self.data_dir / "clients"
+        live = []
+        for f in clients.glob("*") if clients.is_dir() else []:
+            if f.name.isdigit() and _alive(int(f.name)):
+                live.append(f)
+            else:
+                f.unlink(missing_ok=True)
+        return live
+
+    def start(self) -> "LiteServer":
+        with _locked(self.data_dir / "server.lock"):
+            state = json.loads(self._state.read_text()) if self._state.is_file() else None
+            if state and _alive(state["pid"]) and _listening(state["host"], state["port"]):
+                self.host, self.port, self.pid = state["host"], state["port"], state["pid"]
+            else:
+                self._spawn()
+            self._client_file = self.data_dir / "clients" / str(os.getpid())
+            self._client_file.parent.mkdir(parents=True, exist_ok=True)
+            self._client_file.touch()
+        atexit.register(self.stop)
+        return self
+
+    def _spawn(self) -> None:
+        port = self.port or _free_port(self.host)
+        log = (self.data_dir / "server.log").open("ab")
+        # Own session: a Ctrl-C aimed at one client must not kill the server others share.
+        proc = subprocess.Popen(
+            [_executable(), "server", "--data-dir", str(self.data_dir / "data"), "--host", self.host,
+             "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _listening(self.host, port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise StoreUnavailable(
+                    f"milvus-lite server did not start on {self.host}:{port} (see {self.data_dir / 'server.log'})")
+            time.sleep(0.1)
+        self.port, self.pid = port, proc.pid
+        tmp = self._state.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": proc.pid, "host": self.host, "port": port}))
+        os.replace(tmp, self._state)
+
+    def stop(self) -> None:
+        """Leave; the last client out terminates the server and waits for it to exit."""
+        if self._client_file is None:
+            return
+        with _locked(self.data_dir / "server.lock"):
+            self._client_file.unlink(missing_ok=True)
+            self._client_file = None
+            if self._live_clients() or not self.pid or not _alive(self.pid):
+                return
+            os.kill(self.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while _alive(self.pid) and time.monotonic() < deadline:
+                try:
+                    os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                time.sleep(0.05)
+            if _alive(self.pid):
+                os.kill(self.pid, signal.SIGKILL)
+            self._state.unlink(missing_ok=True)

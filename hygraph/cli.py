@@ -1,0 +1,120 @@
+"""`hygraph index | query | eval | insert | delete | serve` (CONTRACT.md).
+
+Progress goes to stderr; the result is one JSON object on the last stdout line. Bad input
+exits 2 with one line on stderr that names the problem; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, NoReturn
+
+from hygraph.config import HygraphConfig, load_config
+from hygraph.errors import HygraphError, InputError, StoreError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"hygraph: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _emit(result: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def cmd_index(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
+    from hygraph.indexing.build import build_index
+
+    return build_index(cfg, args.corpus, args.index_dir)
+
+
+def cmd_query(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
+    from hygraph.engine import QueryEngine
+
+    if not args.question.strip():
+        raise InputError("question: must not be empty")
+    engine = QueryEngine(cfg, args.index_dir)
+    try:
+        return engine.query(args.question, mode=args.mode, k=args.k)
+    finally:
+        engine.close()
+
+
+def cmd_eval(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
+    from hygraph.eval.runner import run_eval
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    return run_eval(cfg, args.index_dir, args.questions, modes, args.k, out=args.out,
+                    report=args.report, limit=args.limit)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="hygraph", description="Graph-RAG indexing and serving on Ray.")
+    p.add_argument("--config", default=None, help="YAML config (default: configs/local.yaml)")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("index", help="build a new index version from a JSONL corpus")
+    s.add_argument("--corpus", required=True)
+    s.add_argument("--index-dir", required=True)
+    s.set_defaults(run=cmd_index)
+
+    s = sub.add_parser("query", help="answer one question")
+    s.add_argument("--index-dir", required=True)
+    s.add_argument("--mode", default=None)
+    s.add_argument("--k", type=_positive, default=None)
+    s.add_argument("question")
+    s.set_defaults(run=cmd_query)
+
+    s = sub.add_parser("eval", help="retrieval and answer quality per mode")
+    s.add_argument("--index-dir", required=True)
+    s.add_argument("--questions", required=True)
+    s.add_argument("--modes", default="dense")
+    s.add_argument("--k", type=_positive, default=5)
+    s.add_argument("--limit", type=_positive, default=None, help="evaluate only the first N questions")
+    s.add_argument("--out", default=None, help="write the result JSON here")
+    s.add_argument("--report", default=None,
+                   help="write a Markdown table and a PNG chart with this path prefix")
+    s.set_defaults(run=cmd_eval)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    run: Callable[[HygraphConfig, argparse.Namespace], dict[str, Any]] = args.run
+    try:
+        cfg = load_config(args.config)
+        if getattr(args, "index_dir", None) is not None and args.command != "index":
+            if not Path(args.index_dir).is_dir():
+                raise InputError(f"--index-dir {args.index_dir}: no such directory")
+        _emit(run(cfg, args))
+        return 0
+    except (InputError, StoreError) as exc:
+        print(f"hygraph: error: {exc}", file=sys.stderr)
+        return 2
+    except HygraphError as exc:
+        print(f"hygraph: failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("hygraph: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Starting or joining Ray with the project's defaults (loopback dashboard, offline model loading)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from hygraph.config import RayConfig
+
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def init_ray(cfg: RayConfig) -> None:
+    """Join `cfg.address` when set, else start a local Ray; no-op when Ray is already up."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.update(OFFLINE_ENV)
+    kwargs = dict(runtime_env={"env_vars": OFFLINE_ENV}, logging_level=logging.WARNING,
+                  configure_logging=True, log_to_driver=True)
+    if cfg.address:
+        ray.init(address=cfg.address, **kwargs)
+    else:
+        ray.init(num_cpus=cfg.num_cpus, include_dashboard=cfg.include_dashboard,
+                 dashboard_host=cfg.dashboard_host, **kwargs)
+    import ray.data
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False  # hygraph prints its own per-stage progress on stderr
+    ctx.execution_options.preserve_order = True  # same corpus, same index
+    ctx.print_on_execution_start = False

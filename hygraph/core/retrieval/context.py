@@ -1,0 +1,61 @@
+"""What every retrieval strategy returns: scored items with provenance, and ranked source passages."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+
+Kind = Literal["summary", "chunk", "entity", "relation", "hyperedge"]
+# search(collection kind, query rows, k, layer) -> per query row, [(id, score)] best first
+Search = Callable[[str, np.ndarray, int, "int | None"], list[list[tuple[str, float]]]]
+
+
+@dataclass
+class Item:
+    id: str
+    kind: Kind
+    text: str
+    score: float
+    sources: tuple[str, ...] = ()  # corpus passage ids this item derives from
+    layer: int = 0
+
+
+@dataclass
+class Passage:
+    id: str
+    title: str
+    score: float
+
+
+@dataclass
+class Context:
+    summaries: list[Item] = field(default_factory=list)
+    chunks: list[Item] = field(default_factory=list)
+    entities: list[Item] = field(default_factory=list)
+    relations: list[Item] = field(default_factory=list)
+    hyperedges: list[Item] = field(default_factory=list)
+    passages: list[Passage] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)  # e.g. the router's choice
+
+    def items(self) -> list[Item]:
+        return [*self.summaries, *self.entities, *self.relations, *self.hyperedges, *self.chunks]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: [asdict(i) for i in getattr(self, k)]
+               for k in ("summaries", "chunks", "entities", "relations", "hyperedges")}
+        out["notes"] = self.notes
+        return out
+
+
+def passages_from_chunks(chunks: Sequence[Item], titles: dict[str, str], k: int) -> list[Passage]:
+    """Rank passages by their best chunk: first appearance in the chunk ranking, score = best chunk's."""
+    out: list[Passage] = []
+    seen: set[str] = set()
+    for item in chunks:
+        for pid in item.sources:
+            if pid not in seen:
+                seen.add(pid)
+                out.append(Passage(pid, titles.get(pid, ""), item.score))
+    return out[:k]

@@ -1,0 +1,120 @@
+"""Markdown table and PNG chart of an eval result `{"questions", "k", "modes": {...}}` (CONTRACT.md).
+
+Besides the contract keys the header shows `dataset` and `index_version` when the
+result carries them. Every file is written to a temporary sibling and moved into
+place with os.replace, so a crash leaves the previous report or none, never half of one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Callable
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+# (result key, column and legend label)
+RATE_COLUMNS = (("recall@2", "recall@2"), ("recall@5", "recall@5"), ("em", "EM"), ("f1", "F1"))
+LATENCY_COLUMNS = (("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"))
+
+
+def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _header(result: dict[str, Any]) -> str:
+    parts = []
+    if result.get("dataset"):
+        parts.append(f"dataset {result['dataset']}")
+    parts.append(f"{result['questions']} questions")
+    parts.append(f"k={result['k']}")
+    if result.get("index_version"):
+        parts.append(f"index version {result['index_version']}")
+    return " · ".join(parts)
+
+
+def _cell(value: float | None, decimals: int) -> str:
+    # Recall is null when no question had supporting ids.
+    return "–" if value is None else f"{value:.{decimals}f}"
+
+
+def render_markdown(result: dict[str, Any], title: str) -> str:
+    """The report text: title, header line, and one table row per mode."""
+    columns = [label for _, label in RATE_COLUMNS + LATENCY_COLUMNS]
+    lines = [f"# {title}", "", _header(result), "",
+             "| mode | " + " | ".join(columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    for mode, stats in result["modes"].items():
+        cells = [_cell(stats.get(key), 4) for key, _ in RATE_COLUMNS]
+        cells += [_cell(stats.get(key), 1) for key, _ in LATENCY_COLUMNS]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(result: dict[str, Any], path: str | Path, title: str) -> Path:
+    """Writes the Markdown report to `path` atomically and returns the path."""
+    text = render_markdown(result, title).encode("utf-8")
+    return _atomic_write(Path(path), lambda fh: fh.write(text))
+
+
+def _grouped_bars(ax: Any, groups: list[str], series: dict[str, list[float]]) -> None:
+    x = np.arange(len(groups))
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=label)
+    ax.set_xticks(x, groups)
+    ax.legend(fontsize="small")
+
+
+def render_chart(result: dict[str, Any], title: str) -> Figure:
+    """Quality per mode (recall@2, recall@5, EM, F1 side by side) above latency per mode."""
+    modes = list(result["modes"])
+    # A missing recall draws as an empty bar rather than hiding the mode.
+    rates = {mode: [result["modes"][mode].get(key) or 0.0 for key, _ in RATE_COLUMNS] for mode in modes}
+    latencies = {label: [result["modes"][mode][key] for mode in modes] for key, label in LATENCY_COLUMNS}
+
+    # A bare Figure on the Agg canvas: no pyplot global state, safe off the main thread.
+    fig = Figure(figsize=(max(6.0, 1.2 * len(modes) + 4.0), 8.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    quality, latency = fig.subplots(2, 1)
+    _grouped_bars(quality, [label for _, label in RATE_COLUMNS], rates)
+    quality.set_ylim(0.0, 1.0)
+    quality.set_ylabel("score")
+    quality.set_title("Retrieval and answer quality")
+    _grouped_bars(latency, modes, latencies)
+    latency.set_ylabel("ms")
+    latency.set_title("Query latency")
+    fig.suptitle(f"{title}\n{_header(result)}")
+    return fig
+
+
+def write_chart(result: dict[str, Any], path: str | Path, title: str) -> Path:
+    """Writes the PNG chart to `path` atomically and returns the path."""
+    fig = render_chart(result, title)
+    return _atomic_write(Path(path), lambda fh: fig.savefig(fh, format="png", dpi=100))
+
+
+def write_report(result: dict[str, Any], out_dir_or_prefix: str | Path, title: str) -> list[Path]:
+    """Writes the Markdown and PNG reports; returns their paths.
+
+    An existing directory receives `report.md` and `report.png`; any other path is a
+    prefix, so `runs/musique` gives `runs/musique.md` and `runs/musique.png`.
+    """
+    target = Path(out_dir_or_prefix)
+    prefix = target / "report" if target.is_dir() else target
+    return [write_markdown(result, prefix.with_name(prefix.name + ".md"), title),
+            write_chart(result, prefix.with_name(prefix.name + ".png"), title)]

@@ -1,0 +1,126 @@
+import re
+
+import pytest
+
+from hygraph.core.prompt import INSUFFICIENT, PromptItem, assemble_prompt
+
+
+def tokens(text: str) -> int:
+    return len(text.split())
+
+
+def prompt_tokens(prompt) -> int:
+    return tokens(prompt.system) + tokens(prompt.user)
+
+
+ITEMS = [
+    PromptItem("chunk", "Passage about Prague Castle.", 0.90, "doc-1"),
+    PromptItem("entity", "Prague Castle", 0.70, "prague castle"),
+    PromptItem("summary", "Community of Czech landmarks.", 0.50, "L1:0"),
+    PromptItem("relation", "jan klapac born in prague", 0.60, "rel-1"),
+    PromptItem("hyperedge", "Klapac was born in Prague in 1941.", 0.65, "he-1"),
+    PromptItem("chunk", "Passage about Jan Klapac.", 0.95, "doc-2"),
+    PromptItem("summary", "Community of Czech athletes.", 0.80, "L1:1"),
+]
+
+
+def test_sections_follow_the_paper_order_and_items_rank_within_a_section():
+    prompt = assemble_prompt("Where was Jan Klapac born?", ITEMS)
+    assert [it.kind for it in prompt.items] == [
+        "summary", "summary", "entity", "relation", "hyperedge", "chunk", "chunk"]
+    assert [it.source_id for it in prompt.items if it.kind == "chunk"] == ["doc-2", "doc-1"]
+    headers = [line for line in prompt.user.splitlines() if line.startswith("## ")]
+    assert headers == ["## Community summaries", "## Entities", "## Key relations",
+                       "## Hyperedge facts", "## Source passages"]
+
+
+def test_items_are_numbered_globally_and_the_numbers_appear_in_the_text():
+    prompt = assemble_prompt("q?", ITEMS)
+    assert [it.number for it in prompt.items] == list(range(1, len(ITEMS) + 1))
+    for it in prompt.items:
+        assert f"[{it.number}] (score {it.score:.3f}) {it.text}" in prompt.user
+    assert re.findall(r"^\[(\d+)\]", prompt.user, flags=re.M) == [str(n) for n in range(1, 8)]
+
+
+def test_instructions_ask_for_citations_and_insufficient_information():
+    prompt = assemble_prompt("Where was Jan Klapac born?", ITEMS)
+    assert INSUFFICIENT in prompt.system and INSUFFICIENT in prompt.user
+    assert "cite" in prompt.system.lower()
+    assert "Question: Where was Jan Klapac born?" in prompt.user
+    assert prompt.user.index("## Source passages") < prompt.user.index("Question:")
+
+
+def test_empty_context_still_carries_the_instruction():
+    prompt = assemble_prompt("Who?", [])
+    assert prompt.items == ()
+    assert INSUFFICIENT in prompt.user and INSUFFICIENT in prompt.system
+    assert "Question: Who?" in prompt.user
+
+
+def ranked_ids(items) -> list[str]:
+    return [it.source_id for it in sorted(items, key=lambda it: it.score, reverse=True)]
+
+
+def test_budget_drops_lowest_scored_items_first_across_sections():
+    full = prompt_tokens(assemble_prompt("q?", ITEMS))
+    # 8 tokens over: the 0.50 summary line (7) is not enough, so the 0.60 relation and its header go too
+    prompt = assemble_prompt("q?", ITEMS, max_tokens=full - 8)
+    assert {it.source_id for it in prompt.items} == set(ranked_ids(ITEMS)[:5])
+    assert {"L1:0", "rel-1"}.isdisjoint(it.source_id for it in prompt.items)
+    assert [it.number for it in prompt.items] == [1, 2, 3, 4, 5]
+
+
+def test_budget_is_respected_and_trims_strictly_by_score_at_every_size():
+    full = prompt_tokens(assemble_prompt("q?", ITEMS))
+    for budget in range(full + 1):
+        prompt = assemble_prompt("q?", ITEMS, max_tokens=budget)
+        kept = {it.source_id for it in prompt.items}
+        assert kept == set(ranked_ids(ITEMS)[:len(kept)])
+        if kept:
+            assert prompt_tokens(prompt) <= budget
+    assert len(prompt.items) == len(ITEMS)
+
+
+def test_an_item_that_does_not_fit_is_dropped_whole():
+    long_text = " ".join(f"w{i}" for i in range(50))
+    items = [PromptItem("chunk", long_text, 0.9, "doc-1"), PromptItem("entity", "Prague", 0.5, "e")]
+    base = prompt_tokens(assemble_prompt("q?", []))
+    prompt = assemble_prompt("q?", items, max_tokens=base + 30)
+    # the lower-scored entity would fit, but trimming never skips over a better item
+    assert prompt.items == ()
+    assert "w0" not in prompt.user
+    assert INSUFFICIENT in prompt.user
+    roomy = assemble_prompt("q?", items, max_tokens=base + 100)
+    assert long_text in roomy.user
+
+
+def test_best_passage_is_kept_ahead_of_higher_scored_other_kinds():
+    items = [
+        PromptItem("summary", " ".join(["s"] * 40), 0.99, "L1:0"),
+        PromptItem("chunk", "The answer is here.", 0.40, "doc-1"),
+        PromptItem("chunk", "Another passage.", 0.30, "doc-2"),
+    ]
+    base = prompt_tokens(assemble_prompt("q?", []))
+    prompt = assemble_prompt("q?", items, max_tokens=base + 15)
+    assert [it.source_id for it in prompt.items] == ["doc-1"]
+
+
+def test_oversized_best_passage_gives_way_to_higher_scored_items_that_fit():
+    items = [
+        PromptItem("chunk", " ".join(["w"] * 100), 0.9, "doc-1"),
+        PromptItem("entity", "Prague", 0.95, "prague"),
+    ]
+    base = prompt_tokens(assemble_prompt("q?", []))
+    prompt = assemble_prompt("q?", items, max_tokens=base + 10)
+    assert [it.source_id for it in prompt.items] == ["prague"]
+
+
+def test_custom_token_counter_is_used():
+    assert len(assemble_prompt("q?", ITEMS, max_tokens=800).items) == len(ITEMS)
+    by_chars = assemble_prompt("q?", ITEMS, max_tokens=800, count_tokens=len)
+    assert 0 < len(by_chars.items) < len(ITEMS)
+
+
+def test_unknown_kind_is_rejected():
+    with pytest.raises(ValueError, match="unknown context kind"):
+        assemble_prompt("q?", [PromptItem("table", "x", 1.0)])  # type: ignore[arg-type]
