@@ -26,8 +26,10 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 
+# Until the Ray Serve application lands (issue: Serving), this builds the bundled demo
+# index when none exists and answers sample questions from it.
 serve: $(STAMP)
-	$(BIN)/hygraph serve
+	$(BIN)/hygraph demo --index-dir runs/demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -64,6 +64,33 @@ def cmd_eval(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
                     report=args.report, limit=args.limit)
 
 
+DEMO_DIR = Path(__file__).resolve().parent / "data" / "demo"
+
+
+def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """Builds the bundled demo index when the directory has none, then answers sample questions."""
+    from hygraph.engine import QueryEngine
+    from hygraph.indexing.build import build_index
+    from hygraph.model import load_questions
+    from hygraph.store.snapshot import SnapshotStore
+
+    index_dir = Path(args.index_dir)
+    if not index_dir.is_dir() or SnapshotStore(index_dir).current_version() is None:
+        print(f"[demo] building the bundled demo index in {index_dir}", file=sys.stderr)
+        build_index(cfg, DEMO_DIR / "corpus.jsonl", index_dir)
+    engine = QueryEngine(cfg, index_dir)
+    try:
+        answers = []
+        for q in load_questions(DEMO_DIR / "questions.jsonl")[:args.questions]:
+            res = engine.query(q.question, mode=args.mode)
+            print(f"\nQ: {q.question}\nA: {res['answer']}\n   gold: {q.answers[0]}   "
+                  f"passages: {', '.join(p['title'] for p in res['passages'])}", file=sys.stderr)
+            answers.append({"question": q.question, "answer": res["answer"], "gold": q.answers[0]})
+        return {"index_dir": str(index_dir), "index_version": engine.index.version, "answers": answers}
+    finally:
+        engine.close()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hygraph", description="Graph-RAG indexing and serving on Ray.")
     p.add_argument("--config", default=None, help="YAML config (default: configs/local.yaml)")
@@ -91,6 +118,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--report", default=None,
                    help="write a Markdown table and a PNG chart with this path prefix")
     s.set_defaults(run=cmd_eval)
+
+    s = sub.add_parser("demo", help="build the bundled demo index if needed and answer sample questions")
+    s.add_argument("--index-dir", default="runs/demo")
+    s.add_argument("--mode", default="dense")
+    s.add_argument("--questions", type=_positive, default=3)
+    s.set_defaults(run=cmd_demo)
     return p
 
 
@@ -99,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     run: Callable[[HygraphConfig, argparse.Namespace], dict[str, Any]] = args.run
     try:
         cfg = load_config(args.config)
-        if getattr(args, "index_dir", None) is not None and args.command != "index":
+        if getattr(args, "index_dir", None) is not None and args.command not in ("index", "demo"):
             if not Path(args.index_dir).is_dir():
                 raise InputError(f"--index-dir {args.index_dir}: no such directory")
         _emit(run(cfg, args))

@@ -7,6 +7,7 @@ every mode behaves the same from the command line and over HTTP.
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from hygraph.backends.embedder import Embedder, make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import LLM, ContextItem
 from hygraph.config import HygraphConfig
+from hygraph.core.prompt import PromptItem, assemble_prompt
 from hygraph.core.retrieval.context import Context
 from hygraph.core.retrieval.dense import dense
 from hygraph.errors import InputError
@@ -46,6 +48,8 @@ class QueryEngine:
         self.store = SnapshotStore(index_dir)
         self.index = LoadedIndex(self.store.open())
         self.vectors = vectorstore.connect(cfg.vector_store, index_dir)
+        for name in self.index.collections.values():
+            self.vectors.open(name)
         self.embedder = embedder or make_embedder(cfg.embedder)
         self.llm = llm or make_llm(cfg.llm, cache_dir=str(Path(index_dir) / "llm_cache"))
 
@@ -65,10 +69,11 @@ class QueryEngine:
         raise InputError(f"mode: '{mode}' needs the graph index, which this version does not have")
 
     def generate(self, question: str, ctx: Context) -> dict[str, Any]:
-        items = [ContextItem(number=i, kind=it.kind, text=it.text, score=it.score,
-                             source_id=it.sources[0] if it.sources else it.id)
-                 for i, it in enumerate(ctx.items(), 1)]
-        ans = self.llm.answer(question, items)
+        """Numbered, budgeted context (HyGRAG eq. 23) -> the `answer` role, which cites item numbers."""
+        prompt = assemble_prompt(
+            question, [PromptItem(it.kind, it.text, it.score, it.sources[0] if it.sources else it.id)
+                       for it in ctx.items()], max_tokens=self.cfg.retrieval.max_context_tokens)
+        ans = self.llm.answer(question, [ContextItem(**asdict(n)) for n in prompt.items])
         return {"answer": ans.text, "citations": list(ans.citations)}
 
     def query(self, question: str, mode: str | None = None, k: int | None = None) -> dict[str, Any]:

@@ -55,8 +55,9 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path) -
     stages = Stages("index")
     with stages.stage("load corpus"):
         docs = load_corpus(corpus)
-    store = SnapshotStore(index_dir, create=True)
+    # Connect first: an unreachable store must fail before anything is created on disk.
     vs = vectorstore.connect(cfg.vector_store, index_dir)
+    store = SnapshotStore(index_dir, create=True)
     created: list[str] = []
     try:
         chunks = run_pipeline(cfg, docs, stages)

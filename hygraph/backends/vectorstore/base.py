@@ -34,6 +34,10 @@ class VectorStore(Protocol):
         """Flush, build the vector index and load it for search."""
         ...
 
+    def open(self, name: str) -> None:
+        """Make an existing collection searchable in this process (load it after a server restart)."""
+        ...
+
     def search(self, name: str, queries: np.ndarray, k: int,
                layer: int | None = None) -> list[list[Hit]]: ...
 

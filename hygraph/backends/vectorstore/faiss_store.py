@@ -68,6 +68,9 @@ class FaissStore:
             col["ids"] = [i for i, k in zip(col["ids"], keep) if k]
             col["vecs"], col["layers"], col["index"] = col["vecs"][keep], col["layers"][keep], None
 
+    def open(self, name: str) -> None:
+        self._load(name)
+
     def seal(self, name: str) -> None:
         col = self._load(name)
         path = self._path(name)

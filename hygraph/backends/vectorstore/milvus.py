@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Callable, Sequence
 
@@ -12,6 +13,9 @@ from hygraph.config import VectorStoreConfig
 from hygraph.errors import StoreError, StoreUnavailable
 
 _ID_MAX = 512
+# pymilvus logs a traceback for every failed call; hygraph maps those errors to its own
+# one-line messages, so its logger only speaks for what we do not handle.
+logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
 
 
 class MilvusStore:
@@ -85,6 +89,11 @@ class MilvusStore:
             params.add_index(field_name="vec", index_type=self.cfg.index_type, metric_type=metric,
                              params={"nlist": 128} if self.cfg.index_type == "IVF_FLAT" else {})
         self._call("create_index", self.client.create_index, name, params)
+        self.open(name)
+
+    def open(self, name: str) -> None:
+        if not self.exists(name):
+            raise StoreError(f"vector collection {name} is missing from Milvus at {self.uri}")
         self._call("load_collection", self.client.load_collection, name)
 
     def _describe_metric(self, name: str) -> str:

@@ -1,0 +1,469 @@
+"""The offline LLM backend: every role by deterministic rules, no model.
+
+Extraction finds named-entity-like spans (lexical.py) and turns each sentence into binary
+relations (the words between two entities) and one n-ary hyperedge (the sentence itself,
+HyperGraphRAG style). Summaries pick the sentences nearest the group's TF-IDF centroid
+(HyGRAG's four parts), answers pick the best-supported sentence and a typed span in it, and
+follow one bridge entity when the question is two hops (2WikiMultihopQA's "director of film X").
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from hygraph.backends.llm.base import Answer, ContextItem, Route, SummaryRequest, Usage
+from hygraph.backends.llm.lexical import (STOPWORDS, Span, content_stems, find_spans, split_sentences,
+                                          stem, sub_names, words)
+from hygraph.model import Chunk, Entity, Extraction, Hyperedge, Relation, normalize_name
+
+# The same names recur across a corpus; caching their ids saves a fifth of extraction time.
+_entity_id = functools.lru_cache(maxsize=1 << 16)(normalize_name)
+
+INSUFFICIENT = "Insufficient information"
+DESCRIPTION_CHARS = 200
+MAX_RELATION_WORDS = 8
+MAX_DIRECTIVES = 3
+ENTITY_WEIGHT = 3.0  # one matched question entity outweighs a few shared content words
+
+_PRONOUNS = frozenset(("He", "She", "It", "They", "His", "Her", "Its", "Their"))
+_PHRASE_JUNK = re.compile(r"[()\[\]{}\"“”]")
+_CONJUNCTIONS = frozenset(("and", "or", "but", "nor"))
+_PHRASE_EDGE = " ,;:–—-'’"
+_DASH = re.compile(r" [–—-] ")
+_PLACE_PREPS = frozenset(("in", "at", "near", "from"))
+_GLOBAL_CUES = re.compile(
+    r"\b(?:main|major|key|common|recurring|overall|dominant)\s+(?:themes?|topics?|ideas?|trends?|patterns?"
+    r"|issues?|points?)\b|\bsummari[sz]e\b|\bsummary\b|\boverall\b|\boverview\b|\bacross\b"
+    r"|\bin general\b|\bthe (?:whole|entire) (?:corpus|collection|dataset)\b")
+
+
+def _clip(text: str, chars: int) -> str:
+    if len(text) <= chars:
+        return text
+    cut = text[:chars].rsplit(" ", 1)[0]
+    return cut + "…"
+
+
+def _phrase(gap: str, adjacent: bool) -> str:
+    """The words between two entities as a relation label, or "" when they are not related.
+
+    Neighbours across a closing parenthesis or a conjunction ("Guy and Lambert") are
+    coordinate, not related; for the sentence subject the conjunction is just dropped.
+    """
+    if adjacent and ")" in gap:
+        return ""
+    text = _PHRASE_JUNK.sub(" ", gap)
+    if text.startswith(("'s", "’s")):
+        text = text[2:]
+    tokens = text.strip(_PHRASE_EDGE).split()
+    if tokens and tokens[0] in _CONJUNCTIONS:
+        if adjacent:
+            return ""
+        tokens = tokens[1:]
+    return " ".join(tokens) if 0 < len(tokens) <= MAX_RELATION_WORDS else ""
+
+
+def _refers_back(sentence: str) -> bool:
+    """Whether a sentence opens on its passage's subject: "He ...", "Its ...", "The film ..."."""
+    first, _, rest = sentence.partition(" ")
+    return first in _PRONOUNS or (first == "The" and rest[:1].islower())
+
+
+class _ChunkExtraction:
+    """Accumulates one chunk's records, deduplicated by id."""
+
+    def __init__(self, chunk_id: str) -> None:
+        self.chunk_id = chunk_id
+        self.entities: dict[str, Entity] = {}
+        self.relations: dict[str, Relation] = {}
+        self.hyperedges: dict[str, Hyperedge] = {}
+
+    def entity(self, name: str, kind: str, sentence: str, score: float) -> str:
+        eid = _entity_id(name)
+        if eid:
+            old = self.entities.get(eid)
+            if old is None:
+                self.entities[eid] = Entity(eid, name, kind, _clip(sentence, DESCRIPTION_CHARS), score)
+            elif score > old.score:
+                self.entities[eid] = replace(old, score=score)
+        return eid
+
+    def relation(self, head: str, phrase: str, tail: str) -> None:
+        if phrase and _entity_id(head) != _entity_id(tail):
+            score = round(max(0.3, 1.0 - 0.08 * len(phrase.split())), 2)
+            rel = Relation.make(head, phrase, tail, score)
+            if rel.head and rel.tail:
+                self.relations.setdefault(rel.id, rel)
+
+    def result(self) -> Extraction:
+        return Extraction(self.chunk_id, list(self.entities.values()), list(self.relations.values()),
+                          list(self.hyperedges.values()))
+
+
+def _extract_chunk(chunk: Chunk) -> Extraction:
+    out = _ChunkExtraction(chunk.id)
+    sentences = split_sentences(chunk.text)
+    title = chunk.title.strip()
+    if title:
+        base = (sub_names(title) or [title])[0].casefold()
+        about = next((s for s in sentences if base in s.casefold() and s != title),
+                     sentences[0] if sentences else title)
+        out.entity(title, "NAME", about, 1.0)
+        for sub in sub_names(title):
+            out.entity(sub, "NAME", about, 0.8)
+    for sentence in sentences:
+        spans = find_spans(sentence)
+        members = []
+        for span in spans:
+            members.append(out.entity(span.name, span.type, sentence, span.score))
+            if span.type == "NAME":
+                members += [out.entity(sub, "NAME", sentence, 0.6) for sub in sub_names(span.name)]
+        for prev, span in zip(spans, spans[1:]):
+            out.relation(prev.name, _phrase(sentence[prev.end:span.start], True), span.name)
+        # Besides neighbours, the sentence's subject relates to every later entity through the
+        # phrase just before it: "Teutberga ... by marriage to Lothair II".
+        if title and _refers_back(sentence):
+            anchor, anchor_end, first = title, len(sentence.split(" ", 1)[0]), 0
+            members.append(_entity_id(title))
+        elif spans:
+            anchor, anchor_end, first = spans[0].name, spans[0].end, 2
+        else:
+            continue
+        for i in range(first, len(spans)):
+            prev_end = spans[i - 1].end if i else anchor_end
+            out.relation(anchor, _phrase(sentence[prev_end:spans[i].start], False), spans[i].name)
+        distinct = sorted({m for m in members if m})
+        if len(distinct) >= 2:
+            edge = Hyperedge.make(sentence, distinct, score=min(1.0, 0.5 + 0.1 * len(distinct)))
+            out.hyperedges.setdefault(edge.id, edge)
+    return out.result()
+
+
+@dataclass
+class _Question:
+    entities: list[set[str]]  # per named entity: its id and its shorter forms
+    ids: set[str]  # all of them
+    stems: set[str]  # content stems of the whole question
+    asked: set[str]  # content stems outside the names: what is asked about them
+
+    @staticmethod
+    def parse(question: str) -> "_Question":
+        entities: list[set[str]] = []
+        outside: list[str] = []
+        for sentence in split_sentences(question):
+            last = 0
+            for span in find_spans(sentence):
+                forms = {_entity_id(n) for n in (span.name, *sub_names(span.name))} - {""}
+                if forms:
+                    entities.append(forms)
+                outside.append(sentence[last:span.start])
+                last = span.end
+            outside.append(sentence[last:])
+        ids = set().union(*entities)
+        return _Question(entities, ids, content_stems(question), content_stems(" ".join(outside)))
+
+
+def question_entities(question: str) -> set[str]:
+    """Ids of the entities a question names, with their shorter forms ("Sabotage (1936 Film)" -> "sabotage")."""
+    return _Question.parse(question).ids
+
+
+def _expected_type(question: str) -> str:
+    """What a short answer looks like: DATE, NUMBER, PLACE, NAME, or "" (answer with a sentence)."""
+    q = question.casefold()
+    if re.search(r",[^,]+\bor\b[^,]+\?*$", q) or re.match(r"(?:is|are|was|were|do|does|did|has|have)\b", q):
+        return ""  # comparisons and yes/no questions need reasoning an extract cannot do
+    if re.search(r"\b(?:when|what year|which year|what date)\b", q):
+        return "DATE"
+    if re.search(r"\bhow (?:many|much|old|long)\b", q):
+        return "NUMBER"
+    if re.search(r"\b(?:where|(?:which|what) (?:country|city|state|place|town)|place of)\b", q):
+        return "PLACE"
+    if re.search(r"\b(?:who|whom|whose)\b", q):
+        return "NAME"
+    return ""
+
+
+@dataclass
+class _Row:
+    """One sentence of the numbered context."""
+
+    number: int
+    text: str
+    stems: set[str]
+    norm: str  # " normalized text " for whole-word entity matching
+    subject: str  # id of the item's first entity: what a pronoun in this sentence refers to
+    spans: list[Span]
+
+    def mentions(self, eid: str) -> bool:
+        return f" {eid} " in self.norm or (eid == self.subject and _refers_back(self.text))
+
+    def stems_outside(self, ids: set[str]) -> set[str]:
+        """Content stems of the sentence with the mentions of `ids` cut out."""
+        named = [s for s in self.spans if _entity_id(s.name) in ids]
+        text, last = [], 0
+        for span in named:
+            text.append(self.text[last:span.start])
+            last = span.end
+        text.append(self.text[last:])
+        return content_stems(" ".join(text))
+
+
+def _split_heading(text: str) -> tuple[str, str]:
+    """(title line, rest) of "Title\ntext" as chunks are indexed; ("", text) when there is none.
+
+    A title line names the subject but is no statement, so answers and summaries skip it.
+    """
+    heading, newline, body = text.partition("\n")
+    if newline and body.strip() and not heading.rstrip().endswith((".", "!", "?")):
+        return heading.strip(), body
+    return "", text
+
+
+def _rows(context: Sequence[ContextItem]) -> list[_Row]:
+    rows: list[_Row] = []
+    for item in context:
+        heading, body = _split_heading(item.text)
+        spans = find_spans(heading) if heading else []
+        subject = _entity_id(spans[0].name) if spans else ""
+        for sentence in split_sentences(body):
+            spans = find_spans(sentence)
+            if not subject and spans:
+                subject = _entity_id(spans[0].name)
+            rows.append(_Row(item.number, sentence, content_stems(sentence),
+                             f" {_entity_id(sentence)} ", subject, spans))
+    return rows
+
+
+def _cue(sentence: str, span: Span, stems: set[str]) -> int:
+    """How many question stems sit in the four words before a span ("directed by <span>")."""
+    before = words(sentence[max(0, span.start - 40):span.start])[-4:]
+    return sum(1 for w in before if stem(w) in stems)
+
+
+def _pick_span(row: _Row, kind: str, q_stems: set[str], exclude: set[str]) -> str:
+    """The span of the expected kind in a sentence, ranked by the question words right before it."""
+    want = "NAME" if kind == "PLACE" else kind
+    spans = [s for s in row.spans if s.type == want and _entity_id(s.name) not in exclude]
+    dash = _DASH.search(row.text)
+    # Wikipedia's "(birth date, place – death date, place)": the side of the dash decides.
+    if dash and row.text.find("(") < dash.start() and kind in ("PLACE", "DATE"):
+        if "die" in q_stems:
+            spans = [s for s in spans if s.start > dash.start()] or spans
+        elif "born" in q_stems:
+            spans = [s for s in spans if s.end < dash.start()] or spans
+    if not spans:
+        return ""
+
+    def rank(span: Span) -> tuple[int, int]:
+        prev = words(row.text[max(0, span.start - 12):span.start])[-1:]
+        prep = int(kind == "PLACE" and bool(prev) and prev[0] in _PLACE_PREPS)
+        return (-(_cue(row.text, span, q_stems) + prep), span.start)
+
+    chosen = min(spans, key=rank)
+    if kind == "PLACE":
+        # "Rockville, Maryland": a place is named with its region.
+        region = next((s for s in row.spans if s.start == chosen.end + 2 and s.type == "NAME"), None)
+        if region and row.text[chosen.end:region.start] == ", ":
+            return row.text[chosen.start:region.end]
+    return chosen.name
+
+
+def _hop(rows: list[_Row], first: _Row, bridges: list[Span], remaining: set[str], q: _Question,
+         kind: str, support: Callable[[_Row, set[str]], float]) -> _Row | None:
+    """The sentence that best explains `remaining` about one of the bridges; None when none does."""
+    cues = {_entity_id(b.name): _cue(first.text, b, q.asked) for b in bridges}
+    best: tuple[float, int] | None = None
+    for i, row in enumerate(rows):
+        if row is first:
+            continue
+        linked = [cue for eid, cue in cues.items() if row.mentions(eid)]
+        if not linked:
+            continue
+        overlap = support(row, remaining)
+        typed = bool(kind) and bool(_pick_span(row, kind, q.asked, q.ids | set(cues)))
+        if overlap <= 0 and not typed:
+            continue
+        score = overlap + 1.0 + max(linked) + 0.5 * typed
+        if best is None or score > best[0]:
+            best = (score, i)
+    return rows[best[1]] if best else None
+
+
+def _route(question: str) -> Route:
+    """`global` when the question asks about the corpus as a whole and names no entity."""
+    if _GLOBAL_CUES.search(question.casefold()) and not question_entities(question):
+        return "global"
+    return "local"
+
+
+class ExtractiveLLM:
+    """All five roles by rules; `usage` counts one call per chunk, request, question or answer."""
+
+    def __init__(self, summary_max_tokens: int = 300, answer_max_tokens: int = 256) -> None:
+        self.summary_max_tokens = summary_max_tokens
+        self.answer_max_tokens = answer_max_tokens
+        self.usage = Usage()
+
+    def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
+        self.usage.count("extract", calls=len(chunks))
+        return [_extract_chunk(c) for c in chunks]
+
+    def summarize(self, requests: Sequence[SummaryRequest]) -> list[str]:
+        self.usage.count("summarize", calls=len(requests))
+        return [_summary(r, self.summary_max_tokens) for r in requests]
+
+    def decompose(self, question: str, passages: Sequence[str]) -> list[str]:
+        """Up to three "<bridge entity> <question>" directives from the top passages.
+
+        A bridge is a name the question does not contain, ranked by the question's own
+        relation words just before it ("directed by <bridge>"), then by how much its sentence
+        shares with the question, then by passage rank.
+        """
+        self.usage.count("decompose")
+        q = _Question.parse(question)
+        q_norm = f" {_entity_id(question)} "
+        found: list[tuple[tuple[int, float, int, float, int], str, str]] = []
+        for rank, passage in enumerate(passages[:MAX_DIRECTIVES]):
+            for sentence in split_sentences(passage):
+                support = len(q.stems & content_stems(sentence))
+                for span in find_spans(sentence):
+                    eid = _entity_id(span.name)
+                    if span.type != "NAME" or eid in q.ids or f" {eid} " in q_norm:
+                        continue
+                    key = (-_cue(sentence, span, q.asked), -support, rank, -span.score, span.start)
+                    found.append((key, eid, span.name))
+        directives: list[str] = []
+        seen: set[str] = set()
+        for _, eid, name in sorted(found):
+            if eid not in seen and len(directives) < MAX_DIRECTIVES:
+                seen.add(eid)
+                directives.append(f"{name} {question}")
+        return directives
+
+    def answer(self, question: str, context: Sequence[ContextItem]) -> Answer:
+        self.usage.count("answer")
+        q = _Question.parse(question)
+        rows = _rows(context)
+        if not rows or not (q.stems or q.ids):
+            return Answer(INSUFFICIENT)
+        df = Counter(w for row in rows for w in row.stems & q.stems)
+        idf = {w: math.log(1.0 + len(rows) / n) for w, n in df.items()}
+
+        def support(row: _Row, stems: set[str]) -> float:
+            return sum(idf.get(w, 0.0) for w in stems & row.stems)
+
+        def score(row: _Row) -> tuple[bool, float]:
+            named = sum(any(row.mentions(e) for e in forms) for forms in q.entities)
+            # Words inside a name only count when the name itself is not found whole; a sentence
+            # about a named entity comes first, so a second hop starts from the right place.
+            inside = ENTITY_WEIGHT * named if named else support(row, q.stems - q.asked)
+            return named > 0, support(row, q.asked) + inside
+
+        scores = [score(row) for row in rows]
+        best = max(range(len(rows)), key=lambda i: (scores[i], -i))
+        if scores[best][1] <= 0:
+            return Answer(INSUFFICIENT)
+        first = rows[best]
+        kind = _expected_type(question)
+        answer_row, cited = first, [first.number]
+        # Two hops: what the best sentence leaves unexplained ("born", "die") is looked for
+        # around an entity it introduces (the director it names). A word matched only inside
+        # a name ("Wife" in "The Unholy Wife") explains nothing.
+        remaining = q.asked - first.stems_outside(q.ids)
+        bridges = [s for s in first.spans if s.type == "NAME" and _entity_id(s.name) not in q.ids]
+        if remaining and bridges:
+            hop = _hop(rows, first, bridges, remaining, q, kind, support)
+            if hop is not None:
+                answer_row, cited = hop, sorted({first.number, hop.number})
+        text = ""
+        if kind:
+            exclude = q.ids | {answer_row.subject}
+            if answer_row is not first:
+                exclude |= {_entity_id(s.name) for s in bridges}
+            text = _pick_span(answer_row, kind, q.asked, exclude)
+        if not text:
+            text = " ".join(answer_row.text.split()[:self.answer_max_tokens])
+        return Answer(text, tuple(cited))
+
+    def route(self, question: str) -> Route:
+        self.usage.count("route")
+        return _route(question)
+
+
+def _summary(request: SummaryRequest, max_tokens: int) -> str:
+    """HyGRAG's four parts within `max_tokens` whitespace tokens; the context part gets what is left."""
+    bodies = (_split_heading(t)[1] for t in request.member_texts)
+    sentences = list(dict.fromkeys(s for body in bodies for s in split_sentences(body)))
+    vectors, vocab = _tfidf(sentences)
+    order: list[int] = []
+    themes: list[str] = []
+    if vectors.size:
+        centroid = vectors.mean(axis=0)
+        closeness = vectors @ centroid
+        order = sorted(range(len(sentences)), key=lambda i: (-closeness[i], i))
+        top_terms = np.argsort(-centroid, kind="stable")[:6]
+        themes = [vocab[j] for j in top_terms if centroid[j] > 0]
+    entities = list(request.entities) or _key_entities(sentences)
+    parts = [("Themes:", ", ".join(themes), max_tokens // 10),
+             ("Entities and roles:", "; ".join(entities), max_tokens // 5),
+             ("Relations:", "; ".join(request.relations), max_tokens // 4)]
+    lines: list[str] = []
+    used = 0
+    for label, body, budget in parts:
+        if body:
+            line = f"{label} {' '.join(body.split()[:max(budget, 1)]).rstrip(',;')}"
+            lines.append(line)
+            used += len(line.split())
+    room = max_tokens - used - 1
+    chosen: list[int] = []
+    for i in order:
+        n = len(sentences[i].split())
+        if n <= room:
+            chosen.append(i)
+            room -= n
+    context = " ".join(sentences[i] for i in sorted(chosen))
+    if not context and order and room > 0:
+        context = " ".join(sentences[order[0]].split()[:room])
+    if context:
+        lines.append(f"Context: {context}")
+    return "\n".join(lines)
+
+
+def _tfidf(sentences: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Row-normalized TF-IDF over the group's own content words (a per-group vocabulary keeps it exact)."""
+    tokenized = [[w for w in words(s) if w not in STOPWORDS and len(w) > 2 and not w.isdigit()]
+                 for s in sentences]
+    vocab = sorted({w for toks in tokenized for w in toks})
+    if not vocab:
+        return np.zeros((0, 0)), []
+    index = {w: j for j, w in enumerate(vocab)}
+    tf = np.zeros((len(sentences), len(vocab)))
+    for i, toks in enumerate(tokenized):
+        for w, n in Counter(toks).items():
+            tf[i, index[w]] = n
+    df = (tf > 0).sum(axis=0)
+    weights = tf * np.log(1.0 + len(sentences) / df)
+    norms = np.linalg.norm(weights, axis=1, keepdims=True)
+    return weights / np.where(norms > 0, norms, 1.0), vocab
+
+
+def _key_entities(sentences: list[str], limit: int = 10) -> list[str]:
+    """Names mentioned in the most sentences, when the caller gave none."""
+    counts: Counter[str] = Counter()
+    surface: dict[str, str] = {}
+    for s in sentences:
+        for span in find_spans(s):
+            if span.type == "NAME":
+                eid = _entity_id(span.name)
+                surface.setdefault(eid, span.name)
+                counts[eid] += 1
+    # sorted() is stable and Counter keeps first-mention order, so ties stay in reading order.
+    return [surface[e] for e in sorted(counts, key=lambda e: -counts[e])[:limit]]

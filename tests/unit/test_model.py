@@ -1,0 +1,61 @@
+import json
+
+import pytest
+
+from hygraph.errors import InputError
+from hygraph.model import Document, Relation, Hyperedge, load_corpus, load_questions, load_triples, normalize_name
+
+
+def _write(path, rows):
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_ids_are_content_derived_and_stable():
+    a = Document.make("Some text", title="T")
+    b = Document.make("Some text", title="T")
+    assert a.id == b.id and len(a.id) == 40
+    assert Document.make("x", id="given").id == "given"
+    assert Relation.make("Lothair II", "married", "Teutberga").id == Relation.make("lothair ii", "married", "TEUTBERGA").id
+    assert Hyperedge.make("A met B.", ["B", "A"]).entities == ("a", "b")
+
+
+def test_normalize_name_merges_case_space_punctuation():
+    assert normalize_name("  U.S.  Army ") == normalize_name("us army") == "us army"
+    assert normalize_name("Saint-Maurice's Abbey") == "saintmaurices abbey"
+
+
+def test_corpus_error_names_file_line_and_field(tmp_path):
+    p = _write(tmp_path / "c.jsonl", [{"id": "a", "text": "ok"}, {"id": "b", "title": "no text"}])
+    with pytest.raises(InputError, match=r"c\.jsonl:2: missing field 'text'"):
+        load_corpus(p)
+    p = _write(tmp_path / "d.jsonl", [{"id": "a", "text": "ok"}, "{not json"])
+    with pytest.raises(InputError, match=r"d\.jsonl:2: not valid JSON"):
+        load_corpus(p)
+    p = _write(tmp_path / "e.jsonl", [{"id": "a", "text": 3}])
+    with pytest.raises(InputError, match=r"field 'text' must be str"):
+        load_corpus(p)
+    p = _write(tmp_path / "f.jsonl", [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}])
+    with pytest.raises(InputError, match="duplicate id 'a'"):
+        load_corpus(p)
+
+
+def test_corpus_full_text_is_title_then_text(tmp_path):
+    p = _write(tmp_path / "c.jsonl", [{"id": "a", "title": "Title", "text": "Body."}])
+    [doc] = load_corpus(p)
+    assert doc.full_text == "Title\nBody."
+
+
+def test_questions_validate(tmp_path):
+    p = _write(tmp_path / "q.jsonl", [{"id": "1", "question": "  ", "answers": ["x"]}])
+    with pytest.raises(InputError, match="field 'question' is empty"):
+        load_questions(p)
+    p = _write(tmp_path / "q2.jsonl", [{"id": "1", "question": "who?", "answers": []}])
+    with pytest.raises(InputError, match="answers"):
+        load_questions(p)
+
+
+def test_triples_keep_only_well_formed(tmp_path):
+    p = _write(tmp_path / "t.jsonl", [{"passage_id": "p", "triples": [["a", "r", "b"], ["a", "b"]], "entities": ["a"]}])
+    [rec] = load_triples(p)
+    assert rec.triples == (("a", "r", "b"),) and rec.entities == ("a",)

@@ -1,0 +1,66 @@
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+from hygraph.errors import InputError
+from hygraph.store.snapshot import SnapshotStore
+
+
+def test_missing_index_dir_is_input_error(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        SnapshotStore(tmp_path / "nope")
+    store = SnapshotStore(tmp_path / "idx", create=True)
+    with pytest.raises(InputError, match="holds no index version"):
+        store.open()
+
+
+def test_commit_publishes_and_moves_current(tmp_path):
+    store = SnapshotStore(tmp_path, create=True)
+    with store.begin() as w:
+        w.write_table("t", {"id": ["a", "b"]})
+        w.write_array("v", np.eye(2, dtype=np.float32))
+        snap = w.commit({"counts": {"t": 2}})
+    assert store.current_version() == snap.version == 1
+    opened = store.open()
+    assert opened.table("t").column("id").to_pylist() == ["a", "b"]
+    assert np.array_equal(opened.array("v"), np.eye(2))
+    assert opened.manifest["counts"] == {"t": 2}
+
+
+def test_failed_version_leaves_nothing_behind(tmp_path):
+    store = SnapshotStore(tmp_path, create=True)
+    with store.begin() as w:
+        w.write_table("t", {"id": ["a"]})
+        w.commit({})
+    with pytest.raises(RuntimeError):
+        with store.begin() as w:
+            w.write_table("t", {"id": ["b"]})
+            raise RuntimeError("crash mid-build")
+    assert store.versions() == [1] and store.current_version() == 1
+    assert [p.name for p in (tmp_path / "versions").iterdir()] == ["000001"]
+
+
+def test_unchanged_tables_are_linked_not_copied(tmp_path):
+    store = SnapshotStore(tmp_path, create=True)
+    with store.begin() as w:
+        w.write_table("big", {"id": ["a"]})
+        first = w.commit({})
+    with store.begin() as w:
+        w.link_from(first, ["big"])
+        second = w.commit({})
+    assert (second.path / "big.parquet").stat().st_ino == (first.path / "big.parquet").stat().st_ino
+
+
+def _commit_one(path: str) -> int:
+    store = SnapshotStore(path, create=True)
+    with store.begin() as w:
+        w.write_table("t", {"id": ["x"]})
+        return w.commit({}).version
+
+
+def test_concurrent_writers_get_distinct_versions(tmp_path):
+    with mp.get_context("spawn").Pool(2) as pool:
+        versions = pool.map(_commit_one, [str(tmp_path)] * 4)
+    assert sorted(versions) == [1, 2, 3, 4]
+    assert SnapshotStore(tmp_path).current_version() == 4
