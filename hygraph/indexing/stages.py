@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hygraph.config import EmbedderConfig
-from hygraph.model import Document
+from hygraph.config import EmbedderConfig, LLMConfig
+from hygraph.model import Chunk, Document
 
 if TYPE_CHECKING:
     from hygraph.backends.embedder import Tokenizer
@@ -43,4 +44,31 @@ class EmbedStage:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         batch["embedding"] = self.embedder.encode([str(t) for t in batch["text"]])
+        return batch
+
+
+class ExtractStage:
+    """Adds `extraction` (JSON per chunk) through the LLM `extract` role.
+
+    Ray Data gives no handle on pool actors, so each batch reports the LLM calls it made
+    in an `llm_calls` column (the batch's count on its first row, 0 elsewhere) that the
+    driver sums.
+    """
+
+    def __init__(self, llm: dict[str, Any], cache_dir: str | None) -> None:
+        from hygraph.backends.llm import make_llm
+
+        self.llm = make_llm(LLMConfig(**llm), cache_dir=cache_dir)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        chunks = [Chunk(id=str(i), doc_id=str(d), ordinal=int(o), text=str(t), n_tokens=int(n), title=str(ti))
+                  for i, d, o, t, n, ti in zip(batch["id"], batch["doc_id"], batch["ordinal"], batch["text"],
+                                               batch["n_tokens"], batch["title"])]
+        before = self.llm.usage.roles["extract"].calls
+        extractions = self.llm.extract(chunks)
+        calls = np.zeros(len(chunks), dtype=np.int64)
+        if len(chunks):
+            calls[0] = self.llm.usage.roles["extract"].calls - before
+        batch["extraction"] = np.array([json.dumps(e.to_dict()) for e in extractions], dtype=object)
+        batch["llm_calls"] = calls
         return batch

@@ -1,0 +1,149 @@
+"""The layer loop of HyGRAG Alg. 1 / EraRAG Alg. 1: hash -> partition -> summarize -> embed -> repeat.
+
+Summarizing and embedding are injected callables, so this module stays free of models and I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hygraph.core.lsh import hash_codes, make_hyperplanes, partition
+from hygraph.model import SummaryNode, sha1
+
+# (member ids per segment, texts of the summaries built so far by id) -> one summary text per segment.
+Summarize = Callable[[list[list[str]], Mapping[str, str]], list[str]]
+# texts -> float array (len(texts), dim).
+Embed = Callable[[list[str]], np.ndarray]
+
+
+def summary_key(member_ids: Iterable[str]) -> str:
+    """SummaryNode.key: sha1 of the sorted member ids joined by newlines, so equal member sets share a key."""
+    return sha1("\n".join(sorted(member_ids)))
+
+
+def layer0_features(*blocks: np.ndarray) -> np.ndarray:
+    """HyGRAG Alg. 1 lines 13-16: layer-0 node features, e.g. [text embedding ; Cleora embedding].
+
+    Each block is L2-normalized per row and scaled by 1/sqrt(len(blocks)), so every block
+    weighs the same in a cosine (and so in a hyperplane sign) and rows have unit norm.
+    An all-zero row of a block stays zero.
+    """
+    if not blocks:
+        raise ValueError("need at least one feature block")
+    rows = {np.asarray(b).shape[0] for b in blocks}
+    if len(rows) != 1:
+        raise ValueError(f"feature blocks disagree on the number of rows: {sorted(rows)}")
+    scale = np.float32(1.0 / np.sqrt(len(blocks)))
+    parts = []
+    for block in blocks:
+        block = np.asarray(block, dtype=np.float32)
+        norms = np.linalg.norm(block, axis=1, keepdims=True)
+        parts.append(block / np.maximum(norms, np.float32(1e-12)) * scale)
+    return np.concatenate(parts, axis=1)
+
+
+@dataclass(frozen=True, eq=False)
+class Layer:
+    """One summary layer: how the nodes one layer down were hashed and grouped, and the summaries.
+
+    input_ids/codes are row-aligned (the nodes one layer down and their LSH codes under
+    `hyperplanes`); segments[i] holds row indices into input_ids and is summarized by
+    node_ids[i] = "L{number}:{i}" with texts[i], embeddings[i] and keys[i].
+    """
+
+    number: int
+    input_ids: list[str]
+    codes: np.ndarray
+    hyperplanes: np.ndarray
+    segments: list[np.ndarray]
+    node_ids: list[str]
+    texts: list[str]
+    embeddings: np.ndarray
+    keys: list[str]
+
+    @property
+    def members(self) -> list[list[str]]:
+        """Member node ids per segment."""
+        return [[self.input_ids[i] for i in seg] for seg in self.segments]
+
+
+@dataclass(frozen=True, eq=False)
+class Hierarchy:
+    """Summary layers bottom-up (layers[0] is layer `first_layer`) and the LSH settings updates reuse."""
+
+    layers: list[Layer]
+    k: int
+    seed: int
+    s_min: int
+    s_max: int
+
+
+def build_hierarchy(
+    features: np.ndarray,
+    ids: Sequence[str],
+    summarize: Summarize,
+    embed: Embed,
+    k: int = 16,
+    seed: int = 0,
+    s_min: int = 5,
+    s_max: int = 50,
+    max_layers: int = 4,
+    min_layer_size: int = 2,
+    first_layer: int = 1,
+    device: str = "cpu",
+) -> Hierarchy:
+    """HyGRAG Alg. 1 lines 14-26 / EraRAG Alg. 1: build summary layers over layer-0 nodes.
+
+    features[i] is the layer-0 vector of ids[i] (see `layer0_features`; hashing only looks at
+    signs, so row scale does not matter). Each layer hashes the nodes below with
+    make_hyperplanes(dim, k, seed) -- the same hyperplanes for every layer of equal dimension,
+    as EraRAG re-hashes summaries with its stored hyperplanes -- partitions them into
+    [s_min, s_max] segments, calls `summarize` once with every segment's member ids and the
+    texts of all summaries built so far, and `embed` once on the new texts.
+    A layer is built only if it groups the nodes below into fewer segments than nodes.
+    Stops after `max_layers` layers, or after a layer with fewer than max(2, min_layer_size)
+    segments. Layers are numbered from `first_layer`: a caller that built layer 1 another way
+    (Leiden communities) passes its summaries as `features`/`ids` and first_layer=2.
+    Deterministic for a given seed when `summarize` and `embed` are.
+    """
+    features = np.asarray(features, dtype=np.float32)
+    ids = list(ids)
+    if features.ndim != 2 or features.shape[0] != len(ids):
+        raise ValueError(f"features must be 2-D with one row per id ({len(ids)} ids, shape {features.shape})")
+    if len(set(ids)) != len(ids):
+        raise ValueError("duplicate ids")
+    if max_layers < 0:
+        raise ValueError(f"max_layers must be >= 0, got {max_layers}")
+    if min_layer_size < 1:
+        raise ValueError(f"min_layer_size must be >= 1, got {min_layer_size}")
+    if first_layer < 1:
+        raise ValueError(f"first_layer must be >= 1, got {first_layer}")
+
+    layers: list[Layer] = []
+    summary_texts: dict[str, str] = {}
+    below_ids, below = ids, features
+    for number in range(first_layer, first_layer + max_layers):
+        hyperplanes = make_hyperplanes(below.shape[1], k, seed)
+        codes = hash_codes(below, hyperplanes, device=device)
+        segments = partition(codes, s_min, s_max)
+        if len(segments) >= len(below_ids):
+            break
+        members = [[below_ids[i] for i in seg] for seg in segments]
+        texts = list(summarize(members, dict(summary_texts)))
+        if len(texts) != len(segments):
+            raise ValueError(f"summarize returned {len(texts)} texts for {len(segments)} segments")
+        embeddings = np.asarray(embed(texts), dtype=np.float32)
+        if embeddings.ndim != 2 or embeddings.shape[0] != len(texts):
+            raise ValueError(f"embed returned shape {embeddings.shape} for {len(texts)} texts")
+        node_ids = [SummaryNode.node_id(number, i) for i in range(len(segments))]
+        layers.append(Layer(number=number, input_ids=below_ids, codes=codes, hyperplanes=hyperplanes,
+                            segments=segments, node_ids=node_ids, texts=texts, embeddings=embeddings,
+                            keys=[summary_key(m) for m in members]))
+        summary_texts.update(zip(node_ids, texts))
+        if len(segments) < max(2, min_layer_size):
+            break
+        below_ids, below = node_ids, embeddings
+    return Hierarchy(layers=layers, k=k, seed=seed, s_min=s_min, s_max=s_max)

@@ -1,0 +1,131 @@
+"""`hyperbolic` (HyperRAG §3.1, §3.3): a query-rooted reasoning tree from two retrieval rounds, fused with
+the explicit keyword edges, and passages ranked by Poincaré distance in the learned ball.
+
+Tree. Round 1 retrieves the round_k chunks nearest the question; the `decompose` role reads them
+and proposes follow-up directives; round 2 retrieves round_k chunks per directive (one batched
+search). Implicit edges run query -> each round-1 chunk and, per directive, parent -> each of its
+round-2 chunks, where the parent is the round-1 chunk holding most of the directive's novel key
+terms (those the question lacks: they name what the directive is after, e.g. a bridge entity),
+the higher-ranked one on ties. Explicit edges are the index's keyword edges between two
+retrieved chunks. Fusion is a breadth-first search from the query over both kinds, implicit
+edges before explicit ones at each node, in retrieval order: the first parent to reach a chunk
+keeps it, so a chunk found twice (both rounds, two directives, or an explicit edge) becomes one
+node and an edge that would close a loop is never taken. The result is one tree rooted at the
+query, returned in notes["implicit_subgraph"] for the online updater (HyperRAG L_inc).
+
+Query point. The question is projected into the ball with the passages' own initialization
+(`init_from_text`), which places it where an untrained passage of the same text would sit. The
+learned geometry, however, is where the tree's chunks actually are, so ranking uses the weighted
+Einstein (gyro)midpoint of that projection and the tree's chunks. Each level of the tree carries
+half the weight of the level above, shared equally by its nodes (query 1, round-1 chunks 1/2 in
+all, round-2 chunks 1/4 in all), following HyperRAG's reading that a longer reasoning path is a
+larger logical distance.
+
+Ranking. Candidates are the tree's chunks and the k chunks nearest the projected question in the
+"hyperbolic" index (§3.3: passages nearest the query's hyperbolic embedding, served by the vector
+index, never by a scan). They are ranked by Poincaré distance to the query point, score
+exp(-distance). Searching around the projection and ranking by the midpoint keeps the two roles
+apart: if the index were searched around the midpoint too, its k nearest would always fill the
+top k and the reasoning chain could never outrank them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from hygraph.core.hyperbolic import init_from_text, key_terms, poincare_distance, query_vector
+from hygraph.core.retrieval.context import Context, Item, Search, passages_from_chunks
+from hygraph.core.retrieval.view import Decompose, Embed, IndexView
+
+ROOT = "query"
+
+
+def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, search: Search, embed: Embed,
+               decompose: Decompose, *, round_k: int | None = None) -> Context:
+    """HyperRAG §3.1 + §3.3: implicit tree from query decomposition, fused with explicit edges; Poincaré ranking.
+
+    round_k (default k) chunks per retrieval round and per directive. Returns the ranked chunks
+    of the top-k passages, the passages, notes["implicit_subgraph"] = {"nodes": [chunk ids],
+    "edges": [[parent, child], ...], "root": "query"} (a tree; parent is "query" or a chunk id)
+    and notes["directives"]. Needs the index's hyperbolic embeddings (view.hyper_points).
+    """
+    if view.hyper_points is None:
+        raise ValueError("hyperbolic retrieval needs hyperbolic embeddings, and this index version has none")
+    per_round = k if round_k is None else round_k
+    round1 = [cid for cid, _ in search("chunks", query_vec[None, :], per_round, None)[0]]
+    directives = decompose(question, [view.chunk_text[cid] for cid in round1]) if round1 else []
+    round2 = ([[cid for cid, _ in hits] for hits in search("chunks", embed(directives), per_round, None)]
+              if directives else [])
+    parent = _fused_tree(_implicit_children(question, round1, directives, round2, view.chunk_text), view)
+    depth = {ROOT: 0}
+    for child, par in parent.items():
+        depth[child] = depth[par] + 1
+
+    projected = init_from_text(query_vec, view.hyper_dim, view.hyper_seed)
+    level_size = np.bincount(list(depth.values()))
+    weights = np.array([0.5 ** depth[n] / level_size[depth[n]] for n in depth])
+    q_point = _weighted_midpoint(np.vstack([projected, _points(view, parent)]), weights)
+
+    neighbours = [cid for cid, _ in search("hyperbolic", query_vector(projected)[None, :], k, None)[0]]
+    candidates = list(dict.fromkeys([*parent, *neighbours]))
+    distance = poincare_distance(_points(view, candidates), q_point[None, :])
+    ranked = [Item(candidates[i], "chunk", view.chunk_text[candidates[i]], float(np.exp(-distance[i])),
+                   (view.chunk_doc[candidates[i]],)) for i in np.argsort(distance, kind="stable")]
+    passages = passages_from_chunks(ranked, view.titles, k)
+    kept = {p.id for p in passages}
+    subgraph = {"nodes": list(parent), "edges": [[par, child] for child, par in parent.items()], "root": ROOT}
+    return Context(chunks=[c for c in ranked if c.sources[0] in kept], passages=passages,
+                   notes={"implicit_subgraph": subgraph, "directives": list(directives)})
+
+
+def _implicit_children(question: str, round1: list[str], directives: list[str], round2: list[list[str]],
+                       chunk_text: dict[str, str]) -> dict[str, list[str]]:
+    """Implicit edges as parent -> children in retrieval order: query -> round 1 -> round 2."""
+    children: dict[str, list[str]] = {ROOT: list(round1)}
+    question_terms = key_terms([question])[0]
+    round1_terms = key_terms([chunk_text[cid] for cid in round1])
+    for terms, hits in zip(key_terms(directives), round2):
+        novel = terms - question_terms
+        best = max(range(len(round1)), key=lambda i: (len(novel & round1_terms[i]), -i))
+        children.setdefault(round1[best], []).extend(hits)
+    return children
+
+
+def _fused_tree(children: dict[str, list[str]], view: IndexView) -> dict[str, str]:
+    """Breadth-first from the query, implicit edges first, first parent wins: child -> parent in BFS order."""
+    position = {cid: i for i, cid in enumerate(dict.fromkeys(c for kids in children.values() for c in kids))}
+    explicit: dict[str, list[str]] = {}
+    for cid in position:
+        row = view.hyper_row[cid]
+        linked = (view.hyper_chunk_ids[j]
+                  for j in view.hyper_adj_indices[view.hyper_adj_indptr[row]:view.hyper_adj_indptr[row + 1]])
+        explicit[cid] = sorted((other for other in linked if other in position), key=position.__getitem__)
+    parent: dict[str, str] = {}
+    queue = [ROOT]
+    for node in queue:
+        for child in [*children.get(node, ()), *explicit.get(node, ())]:
+            if child not in parent:
+                parent[child] = node
+                queue.append(child)
+    return parent
+
+
+def _points(view: IndexView, chunk_ids: Iterable[str]) -> np.ndarray:
+    """The candidates' rows only, in float64 (the index may hold float32)."""
+    return np.asarray(view.hyper_points[[view.hyper_row[cid] for cid in chunk_ids]], dtype=np.float64)
+
+
+def _weighted_midpoint(points: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Weighted Einstein midpoint of Poincaré points (Ungar's gyromidpoint), in ball coordinates.
+
+    lambda x / (lambda - 1) is x in Klein coordinates and lambda - 1 its Lorentz factor, so the
+    weighted sum is the Einstein midpoint in the Klein model; y / (1 + sqrt(1 - |y|^2)) maps it back.
+    """
+    lam = 2.0 / (1.0 - np.sum(points * points, axis=1))
+    y = (weights * lam) @ points / np.sum(weights * (lam - 1.0))
+    return y / (1.0 + np.sqrt(max(0.0, 1.0 - float(y @ y))))
+
+

@@ -1,0 +1,133 @@
+"""`hypergraph` (HyperGraphRAG §4.2-4.3): entity and hyperedge retrieval weighted by extraction
+scores, bidirectional expansion over the bipartite hypergraph, fused with dense chunks.
+
+Thresholds are on the cosine scale. The paper's tau_V = 50 and tau_H = 5 belong to its own
+implementation's score scale; here a retrieval score is cosine x extraction score, both at most 1.
+Measured with the bundled all-MiniLM-L6-v2: a question's entity spans score about 0.1-0.3 against
+unrelated entity names and 0.45-1.0 against the same or closely related names, so tau_V = 0.3
+(times extraction scores of 0.7-0.9) keeps the entities the question names and drops the rest.
+Against a whole question, unrelated fact sentences score below about 0.15 and on-topic ones
+0.3-0.75, bridge facts included, so tau_H = 0.2 is looser, as the paper's tau_H is looser than
+its tau_V: a fact may be relevant without naming the question's entities.
+
+Passage ranking: reciprocal-rank fusion (Cormack et al. 2009, c = 60) of two chunk rankings,
+  - dense: the top k_chunk chunks by cosine to the question (K_chunk);
+  - graph: chunks ranked by the evidence K_H puts on them. Every hyperedge and entity of K_H
+    spreads its score evenly over the chunks it was extracted from (a fact's sources, an
+    entity's mentions), and a chunk's evidence is what it receives. A chunk that states a
+    retrieved fact and mentions several retrieved entities collects most; a mention of a hub
+    entity is worth little, one of a rare entity much. This is how a multi-hop bridge passage
+    (one that mentions an entity reached only through a retrieved fact, and that the question's
+    embedding does not resemble) gets a graph rank.
+RRF scores a chunk sum(1 / (c + rank)) over the lists it is in, so agreement between the lists
+wins and a graph-only bridge chunk at graph rank r ties with a dense-only chunk at dense rank r
+(ties go to the dense ranking). The top dense chunk is seeded at the head of the graph list too:
+it then scores the maximum 2 / (c + 1) and stays first, so fusion can add bridge passages
+without displacing the question's best direct match. Scores are divided by that maximum, so
+chunks score in (0, 1] like the entity and hyperedge items they share a prompt budget with.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from hygraph.core.retrieval.context import Context, Item, Search, passages_from_chunks
+from hygraph.core.retrieval.view import Embed, IndexView, QuestionEntities
+
+_RRF_C = 60
+
+
+def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, search: Search, embed: Embed,
+               question_entities: QuestionEntities, *, k_v: int = 60, tau_v: float = 0.3, k_h: int = 60,
+               tau_h: float = 0.2, k_chunk: int | None = None) -> Context:
+    """HyperGraphRAG §4.2-4.3: entities (eq. 8), hyperedges (eq. 9), expansion (eq. 10-11), K* = K_H ∪ K_chunk.
+
+    Entities are searched with the embedding of the question's extracted entity spans joined
+    into one text (the question's own vector when none were extracted); the k_v nearest are
+    scored cosine x entity score and kept above tau_v. Hyperedges likewise with the question
+    vector, k_h, hyperedge score and tau_h. Expansion adds the hyperedges of the retrieved
+    entities and the entities of every hyperedge in K_H; an expanded item scores the best score
+    of an item that reached it times its own extraction score. K_chunk is the k_chunk (default
+    k) nearest chunks. Passages: the module docstring's fusion, top k.
+    """
+    spans = question_entities(question)
+    entity_query = embed([", ".join(spans)])[0] if spans else query_vec
+    entity_hits = search("entities", entity_query[None, :], k_v, None)[0]
+    edge_hits = search("hyperedges", query_vec[None, :], k_h, None)[0]
+    dense_hits = search("chunks", query_vec[None, :], k if k_chunk is None else k_chunk, None)[0]
+
+    retrieved_entities = _scored_above(entity_hits, view.entity_score, tau_v)
+    edge_score = _scored_above(edge_hits, view.hyperedge_score, tau_h)
+    for v, s in retrieved_entities.items():
+        for e in view.entity_hyperedges.get(v, ()):
+            _keep_max(edge_score, e, s * view.hyperedge_score[e])
+    entity_score = dict(retrieved_entities)
+    for e, s in edge_score.items():
+        for u in view.hyperedge_entities[e]:
+            _keep_max(entity_score, u, s * view.entity_score[u])
+
+    evidence: dict[str, float] = {}
+    for e, s in edge_score.items():
+        _spread(evidence, view.hyperedge_chunks.get(e, ()), s)
+    for u, s in entity_score.items():
+        _spread(evidence, view.entity_chunks.get(u, ()), s)
+
+    dense_ranking = [cid for cid, _ in dense_hits]
+    graph_ranking = sorted(evidence, key=lambda cid: -evidence[cid])
+    if dense_ranking:
+        graph_ranking = [dense_ranking[0], *(cid for cid in graph_ranking if cid != dense_ranking[0])]
+    fused = _reciprocal_rank_fusion(dense_ranking, graph_ranking)
+    ranked = [Item(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],)) for cid, score in fused]
+    passages = passages_from_chunks(ranked, view.titles, k)
+    kept = {p.id for p in passages}
+
+    return Context(
+        chunks=[c for c in ranked if c.sources[0] in kept],
+        entities=[Item(u, "entity", _entity_text(view, u), s, _docs(view, view.entity_chunks.get(u, ())))
+                  for u, s in _best_first(entity_score)],
+        hyperedges=[Item(e, "hyperedge", view.hyperedge_text[e], s, _docs(view, view.hyperedge_chunks.get(e, ())))
+                    for e, s in _best_first(edge_score)],
+        passages=passages,
+        notes={"question_entities": list(spans)},
+    )
+
+
+def _scored_above(hits: list[tuple[str, float]], extraction_score: dict[str, float], tau: float) -> dict[str, float]:
+    """Eq. 8 / 9: similarity x extraction score, kept when above tau, best first."""
+    scored = ((item_id, sim * extraction_score[item_id]) for item_id, sim in hits)
+    return dict(sorted(((i, s) for i, s in scored if s > tau), key=lambda pair: -pair[1]))
+
+
+def _keep_max(scores: dict[str, float], key: str, value: float) -> None:
+    if value > scores.get(key, float("-inf")):
+        scores[key] = value
+
+
+def _spread(evidence: dict[str, float], chunk_ids: list[str] | tuple[str, ...], score: float) -> None:
+    for cid in chunk_ids:
+        evidence[cid] = evidence.get(cid, 0.0) + score / len(chunk_ids)
+
+
+def _reciprocal_rank_fusion(dense_ranking: list[str], graph_ranking: list[str]) -> list[tuple[str, float]]:
+    dense_rank = {cid: r for r, cid in enumerate(dense_ranking, 1)}
+    graph_rank = {cid: r for r, cid in enumerate(graph_ranking, 1)}
+    fused = {cid: sum(1.0 / (_RRF_C + rank[cid]) for rank in (dense_rank, graph_rank) if cid in rank)
+             for cid in dict.fromkeys([*dense_ranking, *graph_ranking])}
+    top = 2.0 / (_RRF_C + 1)
+    order = sorted(fused, key=lambda cid: (-fused[cid], dense_rank.get(cid, np.inf), graph_rank.get(cid, np.inf)))
+    return [(cid, fused[cid] / top) for cid in order]
+
+
+def _best_first(scores: dict[str, float]) -> list[tuple[str, float]]:
+    return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def _entity_text(view: IndexView, entity_id: str) -> str:
+    name, desc = view.entity_name[entity_id], view.entity_desc.get(entity_id, "")
+    return f"{name}: {desc}" if desc else name
+
+
+def _docs(view: IndexView, chunk_ids: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(view.chunk_doc[cid] for cid in chunk_ids))

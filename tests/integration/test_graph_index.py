@@ -1,0 +1,96 @@
+"""The graph index end to end: extraction, hybrid graph, hierarchy, hyperbolic vectors, every mode."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hygraph.engine import MODES
+from hygraph.store.snapshot import SnapshotStore
+from tests.integration.conftest import DATA, last_json, run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_graph_index_has_every_part(built_index):
+    index_dir, out = built_index
+    assert out["entities"] > 100 and out["relations"] > 100 and out["hyperedges"] > 50
+    assert out["summaries"] > 0 and out["layers"] >= 2
+    assert out["llm_calls"]["extract"] == out["chunks"]
+    assert out["llm_calls"]["summarize"] == out["summaries"]
+    stats = out["stats"]
+    assert set(stats["edges"]) == {"chunk_chunk", "entity_entity", "entity_chunk", "hyperedge_entity",
+                                   "hyperedge_chunk"}
+    assert sum(stats["segments_per_layer"].values()) == out["summaries"]
+    for stage in ("chunk+embed+extract", "hybrid graph", "cleora", "hierarchy", "hyperbolic", "write vectors"):
+        assert stage in stats["seconds_per_stage"]
+    snap = SnapshotStore(index_dir).open()
+    assert set(snap.manifest["collections"]) == {"chunks", "entities", "relations", "hyperedges", "summaries",
+                                                 "hyperbolic"}
+    assert snap.manifest["hyperbolic"]["M"] > 1.0
+    assert snap.has("hyperplanes_L1") and snap.has("cleora")
+
+
+def test_every_mode_answers_through_eval(built_index, hotpot_subset):
+    index_dir, _ = built_index
+    _, questions = hotpot_subset
+    res = last_json(run_cli("eval", "--index-dir", str(index_dir), "--questions", str(questions),
+                            "--modes", ",".join(MODES), "--k", "5", "--limit", "4"))
+    assert list(res["modes"]) == list(MODES)
+    for mode, stats in res["modes"].items():
+        assert stats["recall@5"] is not None, mode
+    # Gold passages are in this small corpus; the graph modes must find them as dense does.
+    assert res["modes"]["hybrid"]["recall@5"] >= 0.5
+
+
+def test_hyperbolic_query_returns_its_implicit_subgraph(built_index):
+    index_dir, _ = built_index
+    res = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "hyperbolic",
+                            "Are Christopher Nolan and Sathish Kalathil both film directors?"))
+    tree = res["context"]["notes"]["implicit_subgraph"]
+    assert tree["root"] == "query" and tree["nodes"] and tree["edges"]
+    assert len(res["passages"]) == 5
+
+
+def test_auto_records_the_route(built_index):
+    index_dir, _ = built_index
+    res = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "auto",
+                            "What are the main themes across these documents?"))
+    assert res["context"]["notes"]["route"] in ("local", "global")
+
+
+def test_triples_import_builds_the_graph_from_them(tmp_path):
+    rows = [json.loads(l) for l in (DATA / "musique_train100.corpus.jsonl").open()][:60]
+    triples = [json.loads(l) for l in (DATA / "musique_train100.triples.jsonl").open()]
+    keep = {r["id"] for r in rows}
+    corpus, tfile = tmp_path / "c.jsonl", tmp_path / "t.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tfile.write_text("".join(json.dumps(t) + "\n" for t in triples if t["passage_id"] in keep))
+    out = last_json(run_cli("index", "--corpus", str(corpus), "--triples", str(tfile),
+                            "--index-dir", str(tmp_path / "idx")))
+    assert "extract" not in out["llm_calls"]
+    snap = SnapshotStore(tmp_path / "idx").open()
+    names = set(snap.table("entities").column("id").to_pylist())
+    # "Journal of Mathematical Physics" is an entity of the first passage's OpenIE output.
+    assert "journal of mathematical physics" in names
+    rels = snap.table("relations").to_pydict()
+    assert any(h == "journal of mathematical physics" and t == "american institute of physics"
+               for h, t in zip(rels["head"], rels["tail"]))
+
+
+def test_unknown_triples_passage_is_exit_2(tmp_path, hotpot_subset):
+    corpus, _ = hotpot_subset
+    tfile = tmp_path / "t.jsonl"
+    tfile.write_text(json.dumps({"passage_id": "nope", "triples": [["a", "b", "c"]], "entities": []}) + "\n")
+    proc = run_cli("index", "--corpus", str(corpus), "--triples", str(tfile), "--index-dir", str(tmp_path / "i"))
+    assert proc.returncode == 2 and "nope" in proc.stderr
+    assert not (tmp_path / "i" / "CURRENT").exists()
+
+
+def test_graph_mode_on_dense_only_index_is_exit_2(hotpot_subset, tmp_path):
+    corpus, _ = hotpot_subset
+    index_dir = tmp_path / "dense"
+    last_json(run_cli("index", "--corpus", str(corpus), "--index-dir", str(index_dir), "--dense-only"))
+    proc = run_cli("query", "--index-dir", str(index_dir), "--mode", "hybrid", "Who?")
+    assert proc.returncode == 2 and "--dense-only" in proc.stderr and "Traceback" not in proc.stderr

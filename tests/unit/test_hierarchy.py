@@ -1,0 +1,140 @@
+import hashlib
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from hygraph.core.hierarchy import Hierarchy, build_hierarchy, layer0_features, summary_key
+from hygraph.model import sha1
+
+DIM = 16
+
+
+def embed(texts: list[str]) -> np.ndarray:
+    """Deterministic stand-in embedder: a Gaussian vector seeded by the text."""
+    rows = [np.random.default_rng(int(hashlib.sha1(t.encode()).hexdigest()[:8], 16)).standard_normal(DIM)
+            for t in texts]
+    return np.array(rows, dtype=np.float32).reshape(len(texts), DIM)
+
+
+def summarize(segments: list[list[str]], known: Mapping[str, str]) -> list[str]:
+    return ["summary(" + ",".join(sorted(seg)) + ")" for seg in segments]
+
+
+def corpus(n: int = 400, seed: int = 0) -> tuple[np.ndarray, list[str]]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, 24)).astype(np.float32), [f"doc{i}:0" for i in range(n)]
+
+
+def build(seed: int = 0, **kwargs) -> Hierarchy:
+    features, ids = corpus()
+    args = {"k": 8, "seed": seed, "s_min": 3, "s_max": 10, "max_layers": 10, "min_layer_size": 2}
+    args.update(kwargs)
+    return build_hierarchy(features, ids, summarize, embed, **args)
+
+
+def test_same_seed_gives_the_same_hierarchy():
+    a, b = build(seed=11), build(seed=11)
+    assert len(a.layers) == len(b.layers)
+    for la, lb in zip(a.layers, b.layers):
+        assert la.node_ids == lb.node_ids and la.texts == lb.texts and la.keys == lb.keys
+        np.testing.assert_array_equal(la.codes, lb.codes)
+        np.testing.assert_array_equal(la.hyperplanes, lb.hyperplanes)
+        np.testing.assert_array_equal(la.embeddings, lb.embeddings)
+        assert [s.tolist() for s in la.segments] == [s.tolist() for s in lb.segments]
+    assert not np.array_equal(a.layers[0].codes, build(seed=12).layers[0].codes)
+
+
+def test_layers_shrink_and_link_to_the_layer_below():
+    h = build()
+    features, ids = corpus()
+    below = ids
+    for number, layer in enumerate(h.layers, start=1):
+        assert layer.number == number
+        assert layer.input_ids == below
+        assert layer.node_ids == [f"L{number}:{i}" for i in range(len(layer.segments))]
+        assert len(layer.node_ids) < len(below)
+        assert sorted(np.concatenate(layer.segments).tolist()) == list(range(len(below)))
+        assert layer.embeddings.shape == (len(layer.node_ids), DIM)
+        assert layer.codes.shape == (len(below),)
+        below = layer.node_ids
+    assert h.layers[0].hyperplanes.shape == (8, 24)
+    assert h.layers[1].hyperplanes.shape == (8, DIM)
+    # Summary layers of equal dimension are hashed with the same stored hyperplanes.
+    np.testing.assert_array_equal(h.layers[1].hyperplanes, h.layers[2].hyperplanes)
+    assert len(h.layers[-1].node_ids) < 2  # ran until a single summary was left
+    assert (h.k, h.seed, h.s_min, h.s_max) == (8, 0, 3, 10)
+
+
+def test_stops_at_max_layers():
+    assert len(build(max_layers=2).layers) == 2
+    assert build(max_layers=0).layers == []
+
+
+def test_numbering_can_start_above_layer_one():
+    h = build(max_layers=2, first_layer=2)
+    assert [layer.number for layer in h.layers] == [2, 3]
+    assert h.layers[0].node_ids[0] == "L2:0" and h.layers[1].input_ids == h.layers[0].node_ids
+
+
+def test_stops_at_a_layer_with_fewer_than_min_layer_size_segments():
+    h = build(min_layer_size=20)
+    assert len(h.layers[-1].segments) < 20
+    assert all(len(layer.segments) >= 20 for layer in h.layers[:-1])
+
+
+def test_summary_keys_are_sha1_of_sorted_members_and_stable():
+    h = build()
+    for layer in h.layers:
+        for members, key in zip(layer.members, layer.keys):
+            assert key == sha1("\n".join(sorted(members)))
+    assert summary_key(["b", "a"]) == summary_key(["a", "b"]) != summary_key(["a"])
+    first, again = build().layers[0], build().layers[0]
+    assert first.keys == again.keys
+
+
+def test_summarize_sees_the_texts_of_lower_summaries():
+    seen: list[Mapping[str, str]] = []
+
+    def recording(segments: list[list[str]], known: Mapping[str, str]) -> list[str]:
+        seen.append(dict(known))
+        for seg in segments:
+            assert all(m in known for m in seg if m.startswith("L"))
+        return summarize(segments, known)
+
+    features, ids = corpus()
+    h = build_hierarchy(features, ids, recording, embed, k=8, s_min=3, s_max=10, max_layers=3)
+    assert seen[0] == {}
+    assert seen[1] == dict(zip(h.layers[0].node_ids, h.layers[0].texts))
+    assert set(seen[2]) == set(h.layers[0].node_ids) | set(h.layers[1].node_ids)
+
+
+def test_tiny_inputs():
+    features, ids = corpus(n=4)
+    h = build_hierarchy(features, ids, summarize, embed, k=8, s_min=5, s_max=10)
+    assert len(h.layers) == 1 and h.layers[0].members == [ids]
+    one = build_hierarchy(features[:1], ids[:1], summarize, embed, k=8, s_min=5, s_max=10)
+    assert one.layers == []  # a single node has nothing to group
+    assert build_hierarchy(np.empty((0, 24)), [], summarize, embed).layers == []
+
+
+def test_callables_must_answer_every_segment():
+    features, ids = corpus()
+    with pytest.raises(ValueError, match="summarize returned"):
+        build_hierarchy(features, ids, lambda segs, known: ["x"], embed, k=8, s_min=3, s_max=10)
+    with pytest.raises(ValueError, match="embed returned"):
+        build_hierarchy(features, ids, summarize, lambda texts: np.zeros((1, DIM)), k=8, s_min=3, s_max=10)
+    with pytest.raises(ValueError, match="duplicate"):
+        build_hierarchy(features[:2], ["a", "a"], summarize, embed)
+
+
+def test_layer0_features_weigh_blocks_equally():
+    text = np.array([[3.0, 4.0], [0.0, 2.0]])
+    structure = np.array([[10.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
+    f = layer0_features(text, structure)
+    assert f.shape == (2, 5) and f.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(f, axis=1), 1.0, rtol=1e-6)
+    s = 1 / np.sqrt(2)
+    np.testing.assert_allclose(f[0], [0.6 * s, 0.8 * s, s, 0, 0], rtol=1e-6)
+    with pytest.raises(ValueError, match="rows"):
+        layer0_features(text, structure[:1])
