@@ -7,7 +7,6 @@ every mode behaves the same from the command line and over HTTP.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import numpy as np
 from hygraph.backends import vectorstore
 from hygraph.backends.embedder import Embedder, make_embedder
 from hygraph.backends.llm import make_llm
-from hygraph.backends.llm.base import LLM, ContextItem
+from hygraph.backends.llm.base import LLM
 from hygraph.config import HygraphConfig
 from hygraph.core.prompt import PromptItem, assemble_prompt
 from hygraph.core.retrieval.collapsed import collapsed
@@ -95,7 +94,7 @@ class QueryEngine:
         prompt = assemble_prompt(
             question, [PromptItem(it.kind, it.text, it.score, it.sources[0] if it.sources else it.id)
                        for it in ctx.items()], max_tokens=self.cfg.retrieval.max_context_tokens)
-        ans = self.llm.answer(question, [ContextItem(**asdict(n)) for n in prompt.items])
+        ans = self.llm.answer(question, prompt.items)
         return {"answer": ans.text, "citations": list(ans.citations)}
 
     def query(self, question: str, mode: str | None = None, k: int | None = None) -> dict[str, Any]:

@@ -41,7 +41,9 @@ def run_pipeline(cfg: HygraphConfig, docs: list[Document], stages: Stages, extra
 
     init_ray(cfg.ray)
     emb = cfg.embedder
-    ds = ray.data.from_items([{"id": d.id, "title": d.title, "text": d.text} for d in docs],
+    # Length order keeps each embedding batch evenly padded; corpus order is restored below.
+    by_length = sorted(docs, key=lambda d: len(d.text))
+    ds = ray.data.from_items([{"id": d.id, "title": d.title, "text": d.text} for d in by_length],
                              override_num_blocks=max(1, min(64, len(docs) // 200)))
     # Chunking is light; a small CPU share keeps it schedulable beside the actor pools.
     ds = ds.map_batches(chunk_batch, batch_size=256, num_cpus=0.1,
@@ -73,7 +75,13 @@ def run_pipeline(cfg: HygraphConfig, docs: list[Document], stages: Stages, extra
             new = set(batch["doc_id"].tolist()) - seen
             seen |= new
             bar.update(len(new))
-    return {**cols, "embedding": np.vstack(vecs), "extractions": extractions, "extract_calls": calls}
+    position = {d.id: i for i, d in enumerate(docs)}
+    order = sorted(range(len(cols["id"])), key=lambda i: (position[cols["doc_id"][i]], cols["ordinal"][i]))
+    out: dict[str, Any] = {k: [cols[k][i] for i in order] for k in CHUNK_COLS}
+    out["embedding"] = np.vstack(vecs)[order]
+    out["extractions"] = [extractions[i] for i in order] if extract else []
+    out["extract_calls"] = calls
+    return out
 
 
 def _chunks(cols: dict[str, Any]) -> list[Chunk]:

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hygraph.errors import InputError, StoreError
+from hygraph.processes import pid_alive
 
 _TMP = re.compile(r"^\.tmp-(\d+)-(\d+)$")
 
@@ -49,16 +50,6 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Snapshot:
@@ -99,14 +90,6 @@ class VersionWriter:
 
     def write_array(self, name: str, array: np.ndarray) -> None:
         np.save(self.tmp / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
-
-    def link_from(self, previous: Snapshot, names: list[str]) -> None:
-        """Reuse unchanged files of an earlier version (hard links: no copy, no shared mutation)."""
-        for name in names:
-            for ext in (".parquet", ".npy"):
-                src = previous.path / f"{name}{ext}"
-                if src.is_file():
-                    os.link(src, self.tmp / src.name)
 
     def commit(self, manifest: dict[str, Any]) -> Snapshot:
         manifest = {**manifest, "version": self.version, "created": time.time()}
@@ -188,7 +171,7 @@ class SnapshotStore:
     def _clean_stale_tmp(self) -> None:
         for p in self.versions_dir.iterdir():
             m = _TMP.match(p.name)
-            if m and not _pid_alive(int(m.group(2))):
+            if m and not pid_alive(int(m.group(2))):
                 shutil.rmtree(p, ignore_errors=True)
 
     def _advance_current(self, version: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Sequence, runtime_checkable
 
+from hygraph.core.prompt import NumberedItem as ContextItem
 from hygraph.model import Chunk, Extraction
 
 ROLES = ("extract", "summarize", "decompose", "answer", "route")
@@ -18,17 +19,6 @@ class SummaryRequest:
     member_texts: tuple[str, ...]
     entities: tuple[str, ...] = ()
     relations: tuple[str, ...] = ()  # "head relation tail"
-
-
-@dataclass(frozen=True)
-class ContextItem:
-    """One numbered item of the assembled prompt; `number` is what an answer cites."""
-
-    number: int
-    kind: Literal["summary", "entity", "relation", "hyperedge", "chunk"]
-    text: str
-    score: float
-    source_id: str = ""
 
 
 @dataclass(frozen=True)

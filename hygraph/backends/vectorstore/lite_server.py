@@ -24,18 +24,9 @@ from pathlib import Path
 from typing import Iterator
 
 from hygraph.errors import StoreUnavailable
+from hygraph.processes import pid_alive
 
 START_TIMEOUT_S = 30.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _listening(host: str, port: int) -> bool:
@@ -90,7 +81,7 @@ class LiteServer:
         clients = self.data_dir / "clients"
         live = []
         for f in clients.glob("*") if clients.is_dir() else []:
-            if f.name.isdigit() and _alive(int(f.name)):
+            if f.name.isdigit() and pid_alive(int(f.name)):
                 live.append(f)
             else:
                 f.unlink(missing_ok=True)
@@ -99,7 +90,7 @@ class LiteServer:
     def start(self) -> "LiteServer":
         with _locked(self.data_dir / "server.lock"):
             state = json.loads(self._state.read_text()) if self._state.is_file() else None
-            if state and _alive(state["pid"]) and _listening(state["host"], state["port"]):
+            if state and pid_alive(state["pid"]) and _listening(state["host"], state["port"]):
                 self.host, self.port, self.pid = state["host"], state["port"], state["pid"]
             else:
                 self._spawn()
@@ -136,16 +127,16 @@ class LiteServer:
         with _locked(self.data_dir / "server.lock"):
             self._client_file.unlink(missing_ok=True)
             self._client_file = None
-            if self._live_clients() or not self.pid or not _alive(self.pid):
+            if self._live_clients() or not self.pid or not pid_alive(self.pid):
                 return
             os.kill(self.pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
-            while _alive(self.pid) and time.monotonic() < deadline:
+            while pid_alive(self.pid) and time.monotonic() < deadline:
                 try:
                     os.waitpid(self.pid, os.WNOHANG)
                 except ChildProcessError:
                     pass
                 time.sleep(0.05)
-            if _alive(self.pid):
+            if pid_alive(self.pid):
                 os.kill(self.pid, signal.SIGKILL)
             self._state.unlink(missing_ok=True)

@@ -31,7 +31,6 @@ top k and the reasoning chain could never outrank them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
