@@ -45,7 +45,8 @@ def test_eval_dense_prints_contract_json(built_index, hotpot_subset, tmp_path):
                             "--modes", "dense", "--k", "5", "--report", str(tmp_path / "rep")))
     assert res["questions"] == 12 and res["k"] == 5
     dense = res["modes"]["dense"]
-    assert set(dense) == {"recall@2", "recall@5", "em", "f1", "p50_ms", "p95_ms"}
+    assert set(dense) >= {"recall@2", "recall@5", "em", "f1", "p50_ms", "p95_ms"}
+    assert dense["retrieval_p50_ms"] <= dense["p50_ms"]
     # Gold passages are in this small corpus: dense retrieval must find most of them.
     assert dense["recall@5"] >= 0.6
     assert (tmp_path / "rep.md").is_file() and (tmp_path / "rep.png").stat().st_size > 1000
