@@ -67,14 +67,11 @@ class HierarchyResult:
         return {f"L{k}": v for k, v in sorted(Counter(self.layers).items())}
 
     def size_histogram(self) -> dict[str, int]:
-        """Segment sizes (children per summary) in buckets, for the index statistics."""
-        edges = [1, 5, 10, 20, 50, 100]
-        counts: Counter = Counter()
-        for ch in self.children:
-            n = len(ch)
-            label = next((f"<{e}" for e in edges if n < e), f">={edges[-1]}")
-            counts[label] += 1
-        return dict(sorted(counts.items()))
+        """Segment sizes (children per summary) in ascending buckets, for the index statistics."""
+        edges = [5, 10, 20, 50, 100]
+        labels = [f"<{e}" for e in edges] + [f">={edges[-1]}"]
+        counts = Counter(labels[int(np.searchsorted(edges, len(ch), side="right"))] for ch in self.children)
+        return {label: counts[label] for label in labels if counts[label]}
 
     def table(self) -> dict[str, list[Any]]:
         return {"id": self.ids, "layer": self.layers, "text": self.texts, "children": self.children,

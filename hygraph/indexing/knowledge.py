@@ -46,6 +46,8 @@ class Knowledge:
         for ent in ex.entities:
             self.add_entity(ent, chunk_id)
         for rel in ex.relations:
+            if not rel.head or not rel.tail:
+                continue  # an end with no letters or digits (OpenIE emits "?" and "-") names no entity
             for end in (rel.head, rel.tail):
                 if end not in self.entities:
                     self.add_entity(Entity(end, end), chunk_id)
@@ -130,6 +132,8 @@ def load_kg(path: str | Path) -> Extraction:
         if len(fact) != 3 or not all(isinstance(x, str) and x.strip() for x in fact):
             raise InputError(f"{where}: expected [head, relation, tail] or an object with those three string fields")
         rel = Relation.make(*fact)
+        if not rel.head or not rel.tail:
+            raise InputError(f"{where}: head and tail must contain letters or digits")
         ex.entities.extend([Entity(rel.head, fact[0], "NAME"), Entity(rel.tail, fact[2], "NAME")])
         ex.relations.append(rel)
     if not ex.relations:
