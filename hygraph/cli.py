@@ -127,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("demo", help="build the bundled demo index if needed and answer sample questions")
     s.add_argument("--index-dir", default="runs/demo")
-    s.add_argument("--mode", default="dense")
+    s.add_argument("--mode", default=None, help="default: retrieval.mode of the config (hybrid)")
     s.add_argument("--questions", type=_positive, default=3)
     s.set_defaults(run=cmd_demo)
     return p
