@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "dev"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data/dev")
+from tests.data import DEV_DATA
+
+DATA = DEV_DATA
 HYGRAPH = [sys.executable, "-m", "hygraph.cli"]
 
 

@@ -2,7 +2,6 @@
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,8 @@ from hygraph.backends.llm.extractive import INSUFFICIENT, ExtractiveLLM, questio
 from hygraph.backends.llm.lexical import find_spans, split_sentences
 from hygraph.config import LLMConfig
 from hygraph.model import Chunk, Document, sha1
+from tests.data import DEV_DATA
 
-DEV = Path(__file__).resolve().parents[3] / "shared" / "data" / "dev"
 
 TEUTBERGA = Document.make(
     "Teutberga( died 11 November 875) was a queen of Lotharingia by marriage to Lothair II. She was a "
@@ -201,9 +200,7 @@ def test_deterministic_and_usage_counted_per_item():
 
 
 def test_extract_speed_on_real_corpus():
-    path = DEV / "2wiki_dev.corpus.jsonl"
-    if not path.is_file():
-        pytest.skip(f"{path} not present")
+    path = DEV_DATA / "2wiki_dev.corpus.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()[:1000]]
     chunks = [chunk(Document.make(r["text"], id=r["id"], title=r["title"])) for r in rows]
     start = time.perf_counter()

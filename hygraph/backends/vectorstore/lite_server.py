@@ -59,6 +59,14 @@ def _executable() -> str:
     return str(beside) if beside.exists() else (shutil.which("milvus-lite") or "milvus-lite")
 
 
+def _reap(pid: int) -> None:
+    """Collect the server's exit status if this process started it; otherwise init reaps it."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return
+
+
 class LiteServer:
     """Attach to, or start, the Milvus Lite server of `data_dir`; `uri` is what clients connect to."""
 
@@ -132,11 +140,9 @@ class LiteServer:
             os.kill(self.pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
             while pid_alive(self.pid) and time.monotonic() < deadline:
-                try:
-                    os.waitpid(self.pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
+                _reap(self.pid)
                 time.sleep(0.05)
             if pid_alive(self.pid):
                 os.kill(self.pid, signal.SIGKILL)
+                _reap(self.pid)
             self._state.unlink(missing_ok=True)
