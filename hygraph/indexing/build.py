@@ -29,6 +29,7 @@ from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages import EmbedStage, ExtractStage, chunk_batch
 from hygraph.errors import InputError
 from hygraph.model import Chunk, Document, Extraction, TripleRecord, load_corpus, load_triples
+from hygraph.store.graph_io import write_graph
 from hygraph.store.snapshot import SnapshotStore, VersionWriter
 
 CHUNK_COLS = ("id", "doc_id", "ordinal", "text", "n_tokens", "title")
@@ -157,12 +158,7 @@ def _write_tables(w: VersionWriter, docs: list[Document], cols: dict[str, Any], 
     w.write_table("relations", tables.relation_table(kb, list(kb.relations)))
     w.write_table("hyperedges", tables.hyperedge_table(kb, graph.hyperedge_ids))
     w.write_array("entity_embeddings", node_vecs["entities"])
-    arrays = graph.to_arrays()
-    w.write_table("graph_ids", {"kind": ["chunk"] * len(graph.chunk_ids) + ["entity"] * len(graph.entity_ids)
-                                + ["hyperedge"] * len(graph.hyperedge_ids), "id": graph.node_ids})
-    for name, arr in arrays.items():
-        if isinstance(arr, np.ndarray):
-            w.write_array(f"graph_{name}", arr)
+    write_graph(w, graph)
     w.write_array("cleora", node_vecs["cleora"])
     if hier is not None:
         w.write_table("summaries", hier.table())

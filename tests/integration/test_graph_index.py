@@ -7,6 +7,7 @@ import json
 import pytest
 
 from hygraph.engine import MODES
+from hygraph.store.graph_io import read_graph
 from hygraph.store.snapshot import SnapshotStore
 from tests.integration.conftest import DATA, last_json, run_cli
 
@@ -30,6 +31,7 @@ def test_graph_index_has_every_part(built_index):
                                                  "hyperbolic"}
     assert snap.manifest["hyperbolic"]["M"] > 1.0
     assert snap.has("hyperplanes_L1") and snap.has("cleora")
+    assert read_graph(snap).edge_counts() == stats["edges"]  # the stored graph is the built one
 
 
 def test_every_mode_answers_through_eval(built_index, hotpot_subset):

@@ -53,3 +53,21 @@ def test_concurrent_writers_get_distinct_versions(tmp_path):
         versions = pool.map(_commit_one, [str(tmp_path)] * 4)
     assert sorted(versions) == [1, 2, 3, 4]
     assert SnapshotStore(tmp_path).current_version() == 4
+
+
+def test_hybrid_graph_round_trips_through_a_version(tmp_path):
+    from hygraph.core.graph import build_hybrid_graph
+    from hygraph.store.graph_io import read_graph, write_graph
+
+    graph = build_hybrid_graph(
+        ["d1:0", "d2:0"], [{"a", "b", "c", "x"}, {"a", "b", "c", "x", "y"}],
+        [("b", "a", "r2"), ("a", "y", "r1")], [("h1", ["a", "b"], "d1:0")], shared_entity_threshold=3)
+    store = SnapshotStore(tmp_path, create=True)
+    with store.begin() as w:
+        write_graph(w, graph)
+        w.commit({})
+    back = read_graph(store.open())
+    assert back.node_ids == graph.node_ids and back.relation_ids == graph.relation_ids
+    assert (back.adjacency != graph.adjacency).nnz == 0
+    assert back.relation_heads.tolist() == graph.relation_heads.tolist()
+    assert back.edge_counts() == graph.edge_counts() and back.edge_counts()["chunk_chunk"] == 1
