@@ -97,15 +97,17 @@ class FaissStore:
             return [[] for _ in range(len(queries))]
         q = np.asarray(queries, np.float32)
         if layer is not None:
+            # Layer-filtered searches only touch the summaries of one layer: exact scores over those rows.
             rows = np.flatnonzero(col["layers"] == layer)
             sub = col["vecs"][rows]
-            scores = sub @ q.T if col["metric"] == "IP" else -((sub[:, None, :] - q[None]) ** 2).sum(-1)
-            out = []
-            for j in range(len(q)):
-                top = np.argsort(-scores[:, j], kind="stable")[:k]
-                out.append([Hit(col["ids"][rows[t]], float(scores[t, j] if col["metric"] == "IP" else -scores[t, j]),
-                                layer) for t in top])
-            return out
+            if col["metric"] == "IP":
+                scores, best = sub @ q.T, -(sub @ q.T)
+            else:
+                scores = (sub ** 2).sum(1)[:, None] - 2 * sub @ q.T + (q ** 2).sum(1)[None, :]
+                best = scores
+            top = np.argsort(best, axis=0, kind="stable")[:k]
+            return [[Hit(col["ids"][rows[t]], float(scores[t, j]), layer) for t in top[:, j]]
+                    for j in range(len(q))]
         dist, idx = self._index(col).search(q, min(k, len(col["ids"])))
         return [[Hit(col["ids"][i], float(d), int(col["layers"][i])) for d, i in zip(drow, irow) if i >= 0]
                 for drow, irow in zip(dist, idx)]
