@@ -86,7 +86,8 @@ def _question_line(question: str) -> str:
     return f"Question: {question.strip()}"
 
 
-def _render_user(question: str, items: Iterable[NumberedItem]) -> str:
+def render_user(question: str, items: Iterable[NumberedItem]) -> str:
+    """HyGRAG eq. 23 user message: the numbered sections in order, the question, the instruction."""
     parts = [_CONTEXT_HEAD]
     kind = None
     for n in items:
@@ -160,5 +161,5 @@ def assemble_prompt(question: str, items: Iterable[PromptItem], max_tokens: int 
     placed = sorted(kept, key=lambda it: (order.index(it.kind), -it.score))
     numbered = tuple(NumberedItem(i, it.kind, it.text, it.score, it.source_id)
                      for i, it in enumerate(placed, 1))
-    return AssembledPrompt(system=SYSTEM_PROMPT, user=_render_user(question, numbered),
+    return AssembledPrompt(system=SYSTEM_PROMPT, user=render_user(question, numbered),
                            items=numbered)

@@ -206,7 +206,10 @@ def test_answer_summary_and_concurrent_batches(endpoint, tmp_path, key):
     ctx = [ContextItem(1, "summary", "Lotharingia.", 0.5), ContextItem(2, "chunk", TEUTBERGA, 0.9, "d1")]
     ans = llm.answer("Whom did Teutberga marry?", ctx)
     assert ans.text == "Lothair II" and ans.citations == (2,)  # item 9 does not exist
-    assert "[2] (chunk) " + TEUTBERGA in endpoint.requests[0]["messages"][1]["content"]
+    system, user = (m["content"] for m in endpoint.requests[0]["messages"])
+    # The endpoint gets HyGRAG's sectioned prompt (core.prompt), summaries before passages.
+    assert user.index("## Community summaries") < user.index("## Source passages") < user.index(TEUTBERGA)
+    assert "[2] (score 0.900) " + TEUTBERGA in user and "Insufficient information" in system
     assert endpoint.requests[0]["max_tokens"] == llm.cfg.answer_max_tokens
 
     def echo(body: dict[str, Any]) -> dict[str, Any]:

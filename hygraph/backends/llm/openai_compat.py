@@ -23,6 +23,7 @@ import openai
 
 from hygraph.backends.llm.base import Answer, ContextItem, Route, SummaryRequest, Usage
 from hygraph.config import LLMConfig
+from hygraph.core.prompt import SYSTEM_PROMPT, render_user
 from hygraph.errors import BackendError, ConfigError
 from hygraph.model import Chunk, Entity, Extraction, Hyperedge, Relation, normalize_name
 
@@ -55,10 +56,10 @@ found so far, name up to 3 entities that the question does not mention but that 
 on (for example the director of a film the question names), each as a search directive that pairs
 the entity with what is still unknown. Reply with one JSON object: {"directives": [str]}."""
 
-_ANSWER_SYSTEM = """You answer a question from numbered context items only. Reply with one JSON object:
-{"answer": str, "citations": [int]}
-answer: as short as possible (a name, date or phrase) when the context supports one; otherwise
-exactly "Insufficient information". citations: the numbers of the items the answer rests on."""
+# The rules are HyGRAG's prompt (core.prompt); this backend only adds the JSON reply format.
+_ANSWER_SYSTEM = SYSTEM_PROMPT + """
+Reply with one JSON object: {"answer": str, "citations": [int]}; citations are the numbers of the
+items the answer rests on."""
 
 _ROUTE_SYSTEM = """You route a question to a retrieval mode. "global" is for questions about a
 whole corpus (main themes, overall trends, summaries, comparisons across many documents); "local"
@@ -222,8 +223,7 @@ class OpenAICompatLLM:
         return self._call("decompose", _DECOMPOSE_SYSTEM, user, parse_directives)
 
     def answer(self, question: str, context: Sequence[ContextItem]) -> Answer:
-        items = "\n\n".join(f"[{c.number}] ({c.kind}) {c.text}" for c in context)
-        user = f"Context:\n{items}\n\nQuestion: {question}"
+        user = render_user(question, context)
         numbers = {c.number for c in context}
         return self._call("answer", _ANSWER_SYSTEM, user, lambda o: parse_answer(o, numbers),
                           self.cfg.answer_max_tokens)
