@@ -150,14 +150,45 @@ class IndexingConfig(Section):
     batch_size: int = Field(256, ge=1)
 
 
+class AutoscalingConfig(Section):
+    """Serve's `autoscaling_config`: replicas follow the ongoing requests per replica."""
+
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    target_ongoing_requests: float = Field(2.0, gt=0)
+
+
+class DeploymentConfig(Section):
+    """Replicas, concurrency and actor resources of one Serve deployment."""
+
+    num_replicas: int = Field(1, ge=1)  # ignored when `autoscaling` is set
+    max_ongoing_requests: int = Field(16, ge=1)
+    num_cpus: float = Field(0.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    autoscaling: Optional[AutoscalingConfig] = None
+
+
 class ServeConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     api_keys: list[str] = []
-    api_keys_env: str = "HYGRAPH_API_KEYS"
+    api_keys_env: str = "HYGRAPH_API_KEYS"  # comma-separated keys, added to `api_keys`
     require_key_for_reads: bool = False
     max_body_bytes: int = Field(1_048_576, ge=1024)
     max_question_chars: int = Field(2000, ge=1)
+    max_documents_per_request: int = Field(1000, ge=1)
+    # A replica polls the snapshot store's CURRENT this often and swaps to a newer version.
+    version_poll_s: float = Field(2.0, gt=0)
+    # Ray's Prometheus endpoint on this node (`ray.init(_metrics_export_port=...)`).
+    metrics_port: int = Field(8080, ge=1, le=65535)
+    # Question embedding: @serve.batch groups concurrent questions into one model call.
+    embed_max_batch: int = Field(16, ge=1)
+    embed_batch_wait_s: float = Field(0.003, ge=0)
+    # The ingress's max_ongoing_requests also caps the batch the embedder can form.
+    ingress: DeploymentConfig = DeploymentConfig(max_ongoing_requests=64)
+    embedder: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=64)
+    retriever: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=32)
+    generator: DeploymentConfig = DeploymentConfig(num_cpus=0.25, max_ongoing_requests=32)
 
 
 class HygraphConfig(Section):

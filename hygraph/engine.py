@@ -6,7 +6,9 @@ every mode behaves the same from the command line and over HTTP.
 
 from __future__ import annotations
 
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +19,29 @@ from hygraph.backends.embedder import Embedder, make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import LLM
 from hygraph.config import HygraphConfig
-from hygraph.core.prompt import PromptItem, assemble_prompt
+from hygraph.core.prompt import NumberedItem, PromptItem, assemble_prompt
 from hygraph.core.retrieval.collapsed import collapsed
-from hygraph.core.retrieval.context import Context
+from hygraph.core.retrieval.context import Context, Search
 from hygraph.core.retrieval.dense import dense
 from hygraph.core.retrieval.hybrid import hybrid
 from hygraph.core.retrieval.hyperbolic import hyperbolic
 from hygraph.core.retrieval.hypergraph import hypergraph
 from hygraph.core.retrieval.local_global import auto, global_, local
+from hygraph.core.retrieval.view import IndexView
 from hygraph.errors import InputError
 from hygraph.model import Chunk
-from hygraph.store.snapshot import SnapshotStore
+from hygraph.store.snapshot import Snapshot, SnapshotStore
 from hygraph.store.view_loader import load_view
 
 MODES = ("dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One index version as a request sees it: the graph view and its vector collections."""
+
+    view: IndexView
+    collections: dict[str, str]
 
 
 class QueryEngine:
@@ -38,38 +49,63 @@ class QueryEngine:
                  llm: LLM | None = None) -> None:
         self.cfg = cfg
         self.store = SnapshotStore(index_dir)
-        snap = self.store.open()
-        self.view = load_view(snap)
-        self.collections: dict[str, str] = snap.manifest["collections"]
         self.vectors = vectorstore.connect(cfg.vector_store, index_dir)
-        for name in self.collections.values():
-            self.vectors.open(name)
+        self._swap = threading.Lock()
+        self.loaded = self._load(self.store.open())
         self.embedder = embedder or make_embedder(cfg.embedder)
         self.llm = llm or make_llm(cfg.llm, cache_dir=str(Path(index_dir) / "llm_cache"))
+
+    def _load(self, snap: Snapshot) -> Loaded:
+        collections: dict[str, str] = snap.manifest["collections"]
+        for name in collections.values():
+            self.vectors.open(name)
+        return Loaded(load_view(snap), collections)
+
+    def refresh(self) -> bool:
+        """Swap to the version `CURRENT` names when it is newer; requests already running keep theirs.
+
+        Each request reads `self.loaded` once, so a swap between two of its searches cannot
+        mix versions.
+        """
+        with self._swap:
+            current = self.store.current_version()
+            if current is None or current <= self.loaded.view.version:
+                return False
+            self.loaded = self._load(self.store.open(current))
+            return True
 
     def close(self) -> None:
         self.vectors.close()
 
     @property
     def version(self) -> int:
-        return self.view.version
+        return self.loaded.view.version
 
-    def _search(self, kind: str, queries: np.ndarray, k: int, layer: int | None) -> list[list[tuple[str, float]]]:
-        name = self.collections[kind]
-        return [[(h.id, h.score) for h in row] for row in self.vectors.search(name, queries, k, layer)]
+    @property
+    def view(self) -> IndexView:
+        return self.loaded.view
+
+    def _searcher(self, collections: dict[str, str]) -> Search:
+        def search(kind: str, queries: np.ndarray, k: int, layer: int | None) -> list[list[tuple[str, float]]]:
+            rows = self.vectors.search(collections[kind], queries, k, layer)
+            return [[(h.id, h.score) for h in row] for row in rows]
+
+        return search
 
     def _question_entities(self, question: str) -> list[str]:
         """The `extract` role on the question: its entity surface forms."""
         [ex] = self.llm.extract([Chunk(id="query", doc_id="query", ordinal=0, text=question, n_tokens=0)])
         return [e.name for e in ex.entities]
 
-    def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int) -> Context:
-        v, search = self.view, self._search
+    def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int,
+                 loaded: Loaded | None = None) -> Context:
+        loaded = loaded or self.loaded
+        v, search = loaded.view, self._searcher(loaded.collections)
         if mode == "dense":
             return dense(query_vec, k, search, v.chunk_text, v.chunk_doc, v.titles)
         needs = {"hyperbolic": "hyperbolic", "collapsed": "summaries", "global": "summaries",
                  "auto": "summaries", "hybrid": "entities", "hypergraph": "hyperedges", "local": "entities"}
-        if needs[mode] not in self.collections:
+        if needs[mode] not in loaded.collections:
             raise InputError(f"mode: '{mode}' needs the {needs[mode]} of a graph index; index version "
                              f"{v.version} was built without them (rebuild without --dense-only)")
         r = self.cfg.retrieval
@@ -89,33 +125,51 @@ class QueryEngine:
             return global_(query_vec, k, v, search)
         return auto(question, query_vec, k, v, search, self._question_entities, self.llm.route)
 
-    def generate(self, question: str, ctx: Context) -> dict[str, Any]:
-        """Numbered, budgeted context (HyGRAG eq. 23) -> the `answer` role, which cites item numbers."""
+    def prompt_items(self, question: str, ctx: Context) -> list[NumberedItem]:
+        """HyGRAG eq. 23: the numbered context, lowest-scored items trimmed to the token budget."""
         prompt = assemble_prompt(
             question, [PromptItem(it.kind, it.text, it.score, it.sources[0] if it.sources else it.id)
                        for it in ctx.items()], max_tokens=self.cfg.retrieval.max_context_tokens)
-        ans = self.llm.answer(question, prompt.items)
+        return list(prompt.items)
+
+    def generate(self, question: str, ctx: Context) -> dict[str, Any]:
+        """The `answer` role over the numbered context; it cites item numbers."""
+        ans = self.llm.answer(question, self.prompt_items(question, ctx))
         return {"answer": ans.text, "citations": list(ans.citations)}
 
-    def query(self, question: str, mode: str | None = None, k: int | None = None) -> dict[str, Any]:
+    def check(self, question: str, mode: str | None, k: int | None) -> tuple[str, str, int]:
+        """The request's question, mode and k with defaults applied; InputError naming the field."""
         if not question or not question.strip():
             raise InputError("question: must not be empty")
         mode = mode or self.cfg.retrieval.mode
-        k = k or self.cfg.retrieval.top_k
         if mode not in MODES:
             raise InputError(f"mode: unknown mode '{mode}' (one of {', '.join(MODES)})")
+        return question, mode, k or self.cfg.retrieval.top_k
+
+    def query(self, question: str, mode: str | None = None, k: int | None = None) -> dict[str, Any]:
+        question, mode, k = self.check(question, mode, k)
+        loaded = self.loaded
         t0 = time.perf_counter()
         qv = self.embedder.encode([question])[0]
         t1 = time.perf_counter()
-        ctx = self.retrieve(question, qv, mode, k)
+        ctx = self.retrieve(question, qv, mode, k, loaded)
         t2 = time.perf_counter()
         gen = self.generate(question, ctx)
         t3 = time.perf_counter()
-        return {
-            "answer": gen["answer"], "mode": mode,
-            "passages": [{"id": p.id, "title": p.title, "score": round(p.score, 6)} for p in ctx.passages],
-            "context": {**ctx.to_dict(), "citations": gen["citations"]},
-            "index_version": self.view.version,
-            "timings_ms": {"embed": round((t1 - t0) * 1e3, 2), "retrieve": round((t2 - t1) * 1e3, 2),
-                           "generate": round((t3 - t2) * 1e3, 2), "total": round((t3 - t0) * 1e3, 2)},
-        }
+        return result(gen["answer"], gen["citations"], mode, ctx, loaded.view.version,
+                      {"embed": t1 - t0, "retrieve": t2 - t1, "generate": t3 - t2, "total": t3 - t0})
+
+
+def passages_json(ctx: Context) -> list[dict[str, Any]]:
+    return [{"id": p.id, "title": p.title, "score": round(p.score, 6)} for p in ctx.passages]
+
+
+def result(answer: str, citations: list[int], mode: str, ctx: Context, version: int,
+           seconds: dict[str, float]) -> dict[str, Any]:
+    """The CONTRACT.md query result, shared by `hygraph query` and `POST /v1/query`."""
+    return {
+        "answer": answer, "mode": mode, "passages": passages_json(ctx),
+        "context": {**ctx.to_dict(), "citations": citations},
+        "index_version": version,
+        "timings_ms": {stage: round(s * 1e3, 2) for stage, s in seconds.items()},
+    }

@@ -15,8 +15,11 @@ START_ATTEMPTS = 2
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def init_ray(cfg: RayConfig) -> None:
-    """Join `cfg.address` when set, else start a local Ray; no-op when Ray is already up."""
+def init_ray(cfg: RayConfig, metrics_port: int | None = None) -> None:
+    """Join `cfg.address` when set, else start a local Ray; no-op when Ray is already up.
+
+    `metrics_port` fixes the port of a local Ray's Prometheus endpoint (serving scrapes it).
+    """
     import ray
 
     if ray.is_initialized():
@@ -27,6 +30,8 @@ def init_ray(cfg: RayConfig) -> None:
     if cfg.address:
         ray.init(address=cfg.address, **kwargs)
     else:
+        if metrics_port is not None:
+            kwargs["_metrics_export_port"] = metrics_port
         _start_local(ray, cfg, kwargs)
     import ray.data
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from typing import Iterator, Literal, Protocol, Sequence, Union, runtime_checkable
 
 from hygraph.core.prompt import NumberedItem as ContextItem
 from hygraph.model import Chunk, Extraction
@@ -76,6 +76,10 @@ class LLM(Protocol):
 
     def answer(self, question: str, context: Sequence[ContextItem]) -> Answer:
         """An answer grounded in the numbered context, citing item numbers; "Insufficient information" otherwise."""
+        ...
+
+    def answer_stream(self, question: str, context: Sequence[ContextItem]) -> Iterator[Union[str, Answer]]:
+        """`answer` as it is produced: text pieces, then the complete Answer (with its citations) last."""
         ...
 
     def route(self, question: str) -> Route:

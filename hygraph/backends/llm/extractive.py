@@ -14,7 +14,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence, Union
 
 import numpy as np
 
@@ -347,6 +347,12 @@ class ExtractiveLLM:
                 seen.add(eid)
                 directives.append(f"{name} {question}")
         return directives
+
+    def answer_stream(self, question: str, context: Sequence[ContextItem]) -> Iterator[Union[str, Answer]]:
+        """The extracted answer word by word (it exists whole at once), then the Answer."""
+        ans = self.answer(question, context)
+        yield from re.findall(r"\S+\s*", ans.text)
+        yield ans
 
     def answer(self, question: str, context: Sequence[ContextItem]) -> Answer:
         self.usage.count("answer")

@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar, Union
 
 import openai
 
@@ -60,6 +61,12 @@ the entity with what is still unknown. Reply with one JSON object: {"directives"
 _ANSWER_SYSTEM = SYSTEM_PROMPT + """
 Reply with one JSON object: {"answer": str, "citations": [int]}; citations are the numbers of the
 items the answer rests on."""
+
+# Streamed answers are plain text (JSON cannot be shown while it is half written): citations
+# are the [n] markers in the text.
+_ANSWER_STREAM_SYSTEM = SYSTEM_PROMPT + """
+Reply in plain text and cite the items the answer rests on by their numbers in brackets, e.g. [2]."""
+_CITATION = re.compile(r"\[(\d+)\]")
 
 _ROUTE_SYSTEM = """You route a question to a retrieval mode. "global" is for questions about a
 whole corpus (main themes, overall trends, summaries, comparisons across many documents); "local"
@@ -227,6 +234,33 @@ class OpenAICompatLLM:
         numbers = {c.number for c in context}
         return self._call("answer", _ANSWER_SYSTEM, user, lambda o: parse_answer(o, numbers),
                           self.cfg.answer_max_tokens)
+
+    def answer_stream(self, question: str, context: Sequence[ContextItem]) -> Iterator[Union[str, Answer]]:
+        """Tokens as the server streams them; no retry once tokens have been shown to the caller."""
+        messages = [{"role": "system", "content": _ANSWER_STREAM_SYSTEM},
+                    {"role": "user", "content": render_user(question, context)}]
+        parts: list[str] = []
+        try:
+            stream = self._client.chat.completions.create(
+                model=self.cfg.model, messages=messages, temperature=self.cfg.temperature,
+                max_tokens=self.cfg.answer_max_tokens, stream=True, stream_options={"include_usage": True})
+            for chunk in stream:
+                if chunk.usage:
+                    self._count("answer", calls=0, prompt_tokens=chunk.usage.prompt_tokens,
+                                completion_tokens=chunk.usage.completion_tokens)
+                delta = chunk.choices[0].delta.content if chunk.choices else None
+                if delta:
+                    parts.append(delta)
+                    yield delta
+        except openai.APIStatusError as exc:
+            detail = "" if exc.status_code in (401, 403) else f": {exc.message}"[:300]
+            raise BackendError(self._failure("answer", 1, f"HTTP {exc.status_code}{detail}")) from None
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            raise BackendError(self._failure("answer", 1, type(exc).__name__)) from None
+        self._count("answer")
+        text = "".join(parts).strip()
+        numbers = {c.number for c in context}
+        yield Answer(text, tuple(sorted({int(n) for n in _CITATION.findall(text)} & numbers)))
 
     def route(self, question: str) -> Route:
         return self._call("route", _ROUTE_SYSTEM, f"Question: {question}", parse_route)

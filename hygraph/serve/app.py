@@ -1,0 +1,70 @@
+"""Composing the application: Ingress -> (Embedder, Retriever, Generator), options from the config.
+
+`build_app` is what `hygraph serve` runs; `app_builder` is the import path a Serve config
+YAML names (`serve run` / `serve deploy`, KubeRay's serveConfigV2); `serve_config` writes
+that YAML from a hygraph config so the two never drift (a test checks it against Serve's
+schema).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ray.serve import Application
+
+from hygraph.cluster.runtime import OFFLINE_ENV
+from hygraph.config import DeploymentConfig, HygraphConfig, load_config
+from hygraph.serve.deployments import Embedder, Generator, Retriever
+from hygraph.serve.http import api_keys
+from hygraph.serve.ingress import Ingress
+
+APP_NAME = "hygraph"
+IMPORT_PATH = "hygraph.serve.app:app_builder"
+
+
+def deployment_options(d: DeploymentConfig) -> dict[str, Any]:
+    """Serve deployment options: replicas (fixed or autoscaled), concurrency, actor resources."""
+    opts: dict[str, Any] = {"max_ongoing_requests": d.max_ongoing_requests,
+                            "ray_actor_options": {"num_cpus": d.num_cpus, "num_gpus": d.num_gpus}}
+    if d.autoscaling is not None:
+        opts["autoscaling_config"] = d.autoscaling.model_dump()
+    else:
+        opts["num_replicas"] = d.num_replicas
+    return opts
+
+
+def _sections(cfg: HygraphConfig) -> dict[str, DeploymentConfig]:
+    s = cfg.serve
+    return {"Ingress": s.ingress, "Embedder": s.embedder, "Retriever": s.retriever, "Generator": s.generator}
+
+
+def build_app(cfg: HygraphConfig, index_dir: str | Path) -> Application:
+    api_keys(cfg.serve, cfg.profile)  # fail before deploying when keys are required and missing
+    tree = cfg.model_dump(mode="json")
+    index_dir = str(Path(index_dir).resolve())
+    opts = {name: deployment_options(d) for name, d in _sections(cfg).items()}
+    embedder = Embedder.options(**opts["Embedder"]).bind(tree)
+    retriever = Retriever.options(**opts["Retriever"]).bind(tree, index_dir)
+    generator = Generator.options(**opts["Generator"]).bind(tree, index_dir)
+    return Ingress.options(**opts["Ingress"]).bind(embedder, retriever, generator, tree, index_dir)
+
+
+def app_builder(args: dict[str, Any]) -> Application:
+    """Serve's application builder: `args` = {"config": YAML path or null, "index_dir": path}."""
+    cfg = load_config(args.get("config"))
+    return build_app(cfg, args.get("index_dir") or cfg.index_dir)
+
+
+def serve_config(cfg: HygraphConfig, config_path: str | None, index_dir: str) -> dict[str, Any]:
+    """A Serve config (ServeDeploySchema) that deploys this application with `cfg`'s options."""
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": cfg.serve.host, "port": cfg.serve.port},
+        "applications": [{
+            "name": APP_NAME, "route_prefix": "/", "import_path": IMPORT_PATH,
+            "args": {"config": config_path, "index_dir": index_dir},
+            "runtime_env": {"env_vars": dict(OFFLINE_ENV)},
+            "deployments": [{"name": name, **deployment_options(d)} for name, d in _sections(cfg).items()],
+        }],
+    }

@@ -1,0 +1,115 @@
+"""The Serve deployments behind the ingress: question embedding, retrieval, answer generation.
+
+Each takes the config as a plain dict (what a Serve config YAML can carry) and the index
+directory. The Retriever is the only one that reads the index; it follows `CURRENT` so a
+new version is picked up without a restart and without failing requests in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+from ray import serve
+
+from hygraph.backends.embedder import make_embedder
+from hygraph.backends.llm import make_llm
+from hygraph.backends.llm.base import Answer, ContextItem
+from hygraph.config import HygraphConfig
+from hygraph.engine import QueryEngine
+from hygraph.serve.metrics import EmbedderMetrics, IndexMetrics, LLMMetrics
+
+log = logging.getLogger("hygraph.serve")
+
+
+@serve.deployment
+class Embedder:
+    """Questions to vectors; concurrent questions share one model call (@serve.batch)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        cfg = HygraphConfig.model_validate(config)
+        self.model = make_embedder(cfg.embedder, threads=max(1.0, cfg.serve.embedder.num_cpus))
+        self.metrics = EmbedderMetrics()
+        self.embed.set_max_batch_size(cfg.serve.embed_max_batch)
+        self.embed.set_batch_wait_timeout_s(cfg.serve.embed_batch_wait_s)
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.003)
+    async def embed(self, questions: list[str]) -> list[np.ndarray]:
+        self.metrics.batch.observe(len(questions))
+        vectors = await asyncio.to_thread(self.model.encode, questions)
+        return list(vectors)
+
+
+@serve.deployment
+class Retriever:
+    """One loaded index version (swapped when `CURRENT` moves) and every retrieval mode."""
+
+    def __init__(self, config: dict[str, Any], index_dir: str) -> None:
+        cfg = HygraphConfig.model_validate(config)
+        self.engine = QueryEngine(cfg, index_dir)
+        self.llm_metrics = LLMMetrics()
+        self.index_metrics = IndexMetrics()
+        self.index_metrics.version.set(self.engine.version)
+        self._stop = threading.Event()
+        self._poll_s = cfg.serve.version_poll_s
+        threading.Thread(target=self._follow_current, name="hygraph-version-poll", daemon=True).start()
+
+    def _follow_current(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            try:
+                if self.engine.refresh():
+                    log.info("now serving index version %d", self.engine.version)
+                    self.index_metrics.version.set(self.engine.version)
+            except Exception:  # noqa: BLE001 - a half-visible version is retried on the next poll
+                log.warning("could not load index version %s; still serving %d",
+                            self.engine.store.current_version(), self.engine.version, exc_info=True)
+
+    def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int) -> dict[str, Any]:
+        """The Context, its numbered prompt items and the version they came from."""
+        loaded = self.engine.loaded
+        t0 = time.perf_counter()
+        ctx = self.engine.retrieve(question, query_vec, mode, k, loaded)
+        items = self.engine.prompt_items(question, ctx)
+        self.llm_metrics.record(self.engine.llm.usage)
+        return {"context": ctx, "items": items, "version": loaded.view.version,
+                "seconds": time.perf_counter() - t0}
+
+    def version(self) -> int:
+        return self.engine.version
+
+    def check_health(self) -> None:
+        """Serve restarts a replica whose store is unreachable (StoreUnavailable)."""
+        self.engine.vectors.ping()
+
+    def __del__(self) -> None:
+        self._stop.set()
+        self.engine.close()
+
+
+@serve.deployment
+class Generator:
+    """The `answer` role: extractive, an OpenAI-compatible server, or vLLM behind ray.serve.llm."""
+
+    def __init__(self, config: dict[str, Any], index_dir: str) -> None:
+        cfg = HygraphConfig.model_validate(config)
+        self.llm = make_llm(cfg.llm, cache_dir=str(Path(index_dir) / "llm_cache"))
+        self.metrics = LLMMetrics()
+
+    def answer(self, question: str, items: list[ContextItem]) -> dict[str, Any]:
+        ans = self.llm.answer(question, items)
+        self.metrics.record(self.llm.usage)
+        return {"answer": ans.text, "citations": list(ans.citations)}
+
+    def stream(self, question: str, items: list[ContextItem]) -> Iterator[str | dict[str, Any]]:
+        """Answer text pieces as the backend yields them, then {"answer", "citations"}."""
+        for piece in self.llm.answer_stream(question, items):
+            if isinstance(piece, Answer):
+                self.metrics.record(self.llm.usage)
+                yield {"answer": piece.text, "citations": list(piece.citations)}
+            else:
+                yield piece

@@ -1,0 +1,61 @@
+"""`hygraph serve`: Ray (local or joined), the managed Milvus Lite server, the application, a clean exit."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from hygraph.backends import vectorstore
+from hygraph.cluster.runtime import init_ray
+from hygraph.config import HygraphConfig
+from hygraph.errors import HygraphError
+from hygraph.serve.app import APP_NAME, build_app
+
+
+def _say(message: str) -> None:
+    print(f"[hygraph] {message}", file=sys.stderr, flush=True)
+
+
+def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, address: str | None = None,
+               stop: threading.Event | None = None) -> dict[str, Any]:
+    """Deploy and block until SIGINT/SIGTERM (or `stop`), then take everything down.
+
+    This process holds a lease on the index's Milvus Lite server for the application's
+    lifetime, so replicas restarting never stop it, and the server stops when this exits.
+    """
+    import ray
+    from ray import serve
+
+    stop = stop or threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    ray_cfg = cfg.ray.model_copy(update={"address": address}) if address else cfg.ray
+    store = vectorstore.connect(cfg.vector_store, index_dir)
+    try:
+        _say("starting Ray" if not ray_cfg.address else f"joining Ray at {ray_cfg.address}")
+        init_ray(ray_cfg, metrics_port=cfg.serve.metrics_port)
+        serve.start(http_options={"host": host, "port": port})
+        _say(f"deploying {APP_NAME} on index {index_dir} (first start loads models: about a minute)")
+        serve.run(build_app(cfg, index_dir), name=APP_NAME, route_prefix="/")
+        url = f"http://{host}:{port}"
+        _say(f"serving at {url}  (OpenAPI: {url}/docs, metrics: http://127.0.0.1:{cfg.serve.metrics_port}/metrics)")
+        _say(f"try: curl -s {url}/v1/query -H 'Content-Type: application/json' "
+             "-d '{\"question\": \"Which magazine was started first, Arthur'\\''s Magazine or First for Women?\"}'")
+        _say("Ctrl-C stops the service")
+        stop.wait()
+        _say("stopping")
+    except (HygraphError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - Ray/Serve start failures: one line, not a traceback
+        raise HygraphError(f"serve: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    finally:
+        if ray.is_initialized():
+            try:
+                serve.shutdown()
+            finally:
+                ray.shutdown()
+        store.close()
+    return {"stopped": True, "url": f"http://{host}:{port}"}
