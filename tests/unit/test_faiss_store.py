@@ -43,3 +43,26 @@ def test_l2_and_layer_filter(tmp_path):
 def test_missing_collection_is_a_store_error(tmp_path):
     with pytest.raises(StoreError, match="not found"):
         FaissStore(VectorStoreConfig(backend="faiss"), tmp_path, "cpu").open("nope")
+
+
+def test_hnsw_is_saved_at_seal_and_agrees_with_exact_search(tmp_path):
+    rng = np.random.default_rng(0)
+    vecs = _unit(rng.normal(size=(3000, 32)))
+    ids = [f"e{i}" for i in range(3000)]
+    queries = _unit(rng.normal(size=(50, 32)))
+    hnsw = FaissStore(VectorStoreConfig(backend="faiss", index_type="HNSW"), tmp_path / "h", "cpu")
+    flat = FaissStore(VectorStoreConfig(backend="faiss", index_type="FLAT"), tmp_path / "f", "cpu")
+    for store in (hnsw, flat):
+        store.create("c_entities", 32, "IP")
+        store.upsert("c_entities", ids, vecs, version=1)
+        store.seal("c_entities")
+    assert (tmp_path / "h" / "c_entities" / "index.faiss").is_file()
+    assert not (tmp_path / "f" / "c_entities" / "index.faiss").exists()
+    reopened = FaissStore(VectorStoreConfig(backend="faiss", index_type="HNSW"), tmp_path / "h", "cpu")
+    reopened.open("c_entities")
+    approx = reopened.search("c_entities", queries, 10)
+    exact = flat.search("c_entities", queries, 10)
+    overlap = np.mean([len({h.id for h in a} & {h.id for h in e}) / 10 for a, e in zip(approx, exact)])
+    assert overlap >= 0.95
+    assert [h.id for h in exact[0]][:1] == [h.id for h in approx[0]][:1]
+    assert approx[0][0].score == pytest.approx(float(vecs[int(approx[0][0].id[1:])] @ queries[0]), abs=1e-5)

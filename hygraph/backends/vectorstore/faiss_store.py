@@ -15,7 +15,12 @@ from hygraph.errors import StoreError
 
 
 class FaissStore:
-    """Exact search (IndexFlat*) with an id map; rows are rewritten on upsert and saved on seal."""
+    """Rows (ids, vectors, layers) in memory, saved on seal with the ANN index `cfg.index_type` names.
+
+    HNSW (faiss IndexHNSWFlat) is built at seal and saved beside the rows, so a process that
+    opens the collection searches at once; FLAT (and any collection changed since it was
+    loaded) uses an exact index built on first search. On a GPU the exact index moves there.
+    """
 
     def __init__(self, cfg: VectorStoreConfig, root: str | os.PathLike[str], device: str) -> None:
         self.cfg = cfg
@@ -34,10 +39,19 @@ class FaissStore:
                 raise StoreError(f"faiss collection {name} not found under {self.root}")
             info = json.loads(meta.read_text())
             data = np.load(self._path(name) / "rows.npz", allow_pickle=False)
+            index_file = self._path(name) / "index.faiss"
+            index = None
+            if self._hnsw() and index_file.is_file():
+                import faiss
+
+                index = faiss.read_index(str(index_file))
             self._cols[name] = {"metric": info["metric"], "dim": info["dim"],
                                 "ids": list(data["ids"]), "vecs": data["vecs"], "layers": data["layers"],
-                                "index": None}
+                                "index": index}
         return self._cols[name]
+
+    def _hnsw(self) -> bool:
+        return self.cfg.index_type == "HNSW" and self.device != "cuda"
 
     def ping(self) -> None:
         if not self.root.is_dir():
@@ -78,13 +92,23 @@ class FaissStore:
         tmp = path / "rows.tmp.npz"
         np.savez(tmp, ids=np.array(col["ids"], dtype=str), vecs=col["vecs"], layers=col["layers"])
         os.replace(tmp, path / "rows.npz")
+        if self._hnsw():
+            import faiss
+
+            faiss.write_index(self._index(col), str(path / "index.tmp.faiss"))
+            os.replace(path / "index.tmp.faiss", path / "index.faiss")
         (path / "meta.json").write_text(json.dumps({"metric": col["metric"], "dim": col["dim"]}))
 
     def _index(self, col: dict):  # noqa: ANN202 - faiss types are untyped
         if col["index"] is None:
             import faiss
 
-            index = faiss.IndexFlatIP(col["dim"]) if col["metric"] == "IP" else faiss.IndexFlatL2(col["dim"])
+            metric = faiss.METRIC_INNER_PRODUCT if col["metric"] == "IP" else faiss.METRIC_L2
+            if self._hnsw():
+                index = faiss.IndexHNSWFlat(col["dim"], self.cfg.hnsw_m, metric)
+                index.hnsw.efConstruction = self.cfg.hnsw_ef_construction
+            else:
+                index = faiss.IndexFlat(col["dim"], metric)
             if self.device == "cuda":
                 index = faiss.index_cpu_to_all_gpus(index)
             index.add(col["vecs"])
@@ -108,7 +132,10 @@ class FaissStore:
             top = np.argsort(best, axis=0, kind="stable")[:k]
             return [[Hit(col["ids"][rows[t]], float(scores[t, j]), layer) for t in top[:, j]]
                     for j in range(len(q))]
-        dist, idx = self._index(col).search(q, min(k, len(col["ids"])))
+        index = self._index(col)
+        if self._hnsw():
+            index.hnsw.efSearch = max(self.cfg.hnsw_ef_search, k)
+        dist, idx = index.search(q, min(k, len(col["ids"])))
         return [[Hit(col["ids"][i], float(d), int(col["layers"][i])) for d, i in zip(drow, irow) if i >= 0]
                 for drow, irow in zip(dist, idx)]
 

@@ -1,0 +1,50 @@
+"""The Serve config YAML in configs/ is what `hygraph serve-config` generates and what Serve accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ray.serve.schema import ServeDeploySchema
+
+from hygraph.config import load_config
+from hygraph.errors import ConfigError
+from hygraph.serve.app import serve_config
+from hygraph.serve.http import api_keys
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_checked_in_serve_yaml_is_generated_from_the_local_profile():
+    cfg = load_config(ROOT / "configs" / "local.yaml", env={})
+    on_disk = yaml.safe_load((ROOT / "configs" / "serve.yaml").read_text())
+    assert on_disk == serve_config(cfg, "configs/local.yaml", "runs/demo")
+
+
+def test_generated_config_passes_serves_schema():
+    cfg = load_config(ROOT / "configs" / "local.yaml", env={}, serve={
+        "retriever": {"autoscaling": {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 8}}})
+    doc = serve_config(cfg, "configs/local.yaml", "/data/index")
+    schema = ServeDeploySchema.model_validate(doc)
+    [app] = schema.applications
+    deps = {d.name: d for d in app.deployments}
+    assert set(deps) == {"Ingress", "Embedder", "Retriever", "Generator"}
+    assert deps["Retriever"].autoscaling_config["max_replicas"] == 4
+    assert "num_replicas" not in doc["applications"][0]["deployments"][2]
+
+
+def test_schema_rejects_a_broken_config():
+    doc = serve_config(load_config(ROOT / "configs" / "local.yaml", env={}), None, "x")
+    doc["applications"][0]["deployments"][0]["max_ongoing_requests"] = "many"
+    with pytest.raises(ValueError):
+        ServeDeploySchema.model_validate(doc)
+
+
+def test_api_keys_come_from_config_and_env_and_are_required_outside_local():
+    cfg = load_config(ROOT / "configs" / "local.yaml", env={}, serve={"api_keys": ["a"]})
+    assert api_keys(cfg.serve, "local", {"HYGRAPH_API_KEYS": "b, c ,"}) == {"a", "b", "c"}
+    bare = load_config(ROOT / "configs" / "local.yaml", env={})
+    assert api_keys(bare.serve, "local", {}) == frozenset()
+    with pytest.raises(ConfigError, match="serve.api_keys"):
+        api_keys(bare.serve, "k8s", {})
