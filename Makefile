@@ -26,10 +26,9 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 
-# Until the Ray Serve application lands (issue: Serving), this builds the bundled demo
-# index when none exists and answers sample questions from it.
+# Serves runs/demo on 127.0.0.1:8000, building the bundled demo index there first if needed.
 serve: $(STAMP)
-	$(BIN)/hygraph demo --index-dir runs/demo
+	$(BIN)/hygraph serve --index-dir runs/demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -15,11 +15,13 @@ from ray.serve import Application
 
 from hygraph.cluster.runtime import OFFLINE_ENV
 from hygraph.config import DeploymentConfig, HygraphConfig, load_config
+from hygraph.errors import ConfigError
 from hygraph.serve.deployments import Embedder, Generator, Retriever
 from hygraph.serve.http import api_keys
 from hygraph.serve.ingress import Ingress
 
 APP_NAME = "hygraph"
+LLM_APP_NAME, LLM_ROUTE = "llm", "/llm"
 IMPORT_PATH = "hygraph.serve.app:app_builder"
 
 
@@ -48,6 +50,21 @@ def build_app(cfg: HygraphConfig, index_dir: str | Path) -> Application:
     retriever = Retriever.options(**opts["Retriever"]).bind(tree, index_dir)
     generator = Generator.options(**opts["Generator"]).bind(tree, index_dir)
     return Ingress.options(**opts["Ingress"]).bind(embedder, retriever, generator, tree, index_dir)
+
+
+def llm_app(cfg: HygraphConfig) -> Application | None:
+    """vLLM behind ray.serve.llm's OpenAI-compatible app (route `/llm`), when `llm.backend` is
+    vllm with a `vllm_model_source`; the answer role reaches it at `llm.base_url`
+    (http://<host>:<port>/llm/v1), so streaming passes through unchanged."""
+    if cfg.llm.backend != "vllm" or not cfg.llm.vllm_model_source:
+        return None
+    try:
+        from ray.serve.llm import LLMConfig, build_openai_app
+    except ImportError:
+        raise ConfigError("llm.backend: vllm needs vLLM (install the package's `gpu` extra)") from None
+    return build_openai_app({"llm_configs": [LLMConfig(
+        model_loading_config={"model_id": cfg.llm.model, "model_source": cfg.llm.vllm_model_source},
+        engine_kwargs={"tensor_parallel_size": cfg.llm.vllm_tensor_parallel_size})]})
 
 
 def app_builder(args: dict[str, Any]) -> Application:

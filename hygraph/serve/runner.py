@@ -12,7 +12,7 @@ from hygraph.backends import vectorstore
 from hygraph.cluster.runtime import init_ray
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
-from hygraph.serve.app import APP_NAME, build_app
+from hygraph.serve.app import APP_NAME, LLM_APP_NAME, LLM_ROUTE, build_app, llm_app
 
 
 def _say(message: str) -> None:
@@ -38,6 +38,10 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
         _say("starting Ray" if not ray_cfg.address else f"joining Ray at {ray_cfg.address}")
         init_ray(ray_cfg, metrics_port=cfg.serve.metrics_port)
         serve.start(http_options={"host": host, "port": port})
+        vllm = llm_app(cfg)
+        if vllm is not None:
+            _say(f"deploying vLLM ({cfg.llm.vllm_model_source}) at {LLM_ROUTE}")
+            serve.run(vllm, name=LLM_APP_NAME, route_prefix=LLM_ROUTE)
         _say(f"deploying {APP_NAME} on index {index_dir} (first start loads models: about a minute)")
         serve.run(build_app(cfg, index_dir), name=APP_NAME, route_prefix="/")
         url = f"http://{host}:{port}"

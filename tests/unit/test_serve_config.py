@@ -48,3 +48,19 @@ def test_api_keys_come_from_config_and_env_and_are_required_outside_local():
     assert api_keys(bare.serve, "local", {}) == frozenset()
     with pytest.raises(ConfigError, match="serve.api_keys"):
         api_keys(bare.serve, "k8s", {})
+
+
+def test_vllm_generation_is_only_deployed_when_configured():
+    from hygraph.serve.app import llm_app
+
+    assert llm_app(load_config(ROOT / "configs" / "local.yaml", env={})) is None
+    cfg = load_config(ROOT / "configs" / "local.yaml", env={}, llm={
+        "backend": "vllm", "model": "llama-3.1-8b", "base_url": "http://127.0.0.1:8000/llm/v1",
+        "vllm_model_source": "/models/Llama-3.1-8B-Instruct"})
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match="gpu"):
+            llm_app(cfg)
+    else:
+        assert llm_app(cfg) is not None
