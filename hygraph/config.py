@@ -163,6 +163,9 @@ class DeploymentConfig(Section):
 
     num_replicas: int = Field(1, ge=1)  # ignored when `autoscaling` is set
     max_ongoing_requests: int = Field(16, ge=1)
+    # Requests waiting beyond this are refused at once (the ingress answers 429) instead of
+    # queueing without bound; -1 is Serve's unbounded default.
+    max_queued_requests: int = Field(-1, ge=-1)
     num_cpus: float = Field(0.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     autoscaling: Optional[AutoscalingConfig] = None
@@ -186,9 +189,9 @@ class ServeConfig(Section):
     embed_batch_wait_s: float = Field(0.003, ge=0)
     # The ingress's max_ongoing_requests also caps the batch the embedder can form.
     ingress: DeploymentConfig = DeploymentConfig(max_ongoing_requests=64)
-    embedder: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=64)
-    retriever: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=32)
-    generator: DeploymentConfig = DeploymentConfig(num_cpus=0.25, max_ongoing_requests=32)
+    embedder: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=64, max_queued_requests=512)
+    retriever: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=32, max_queued_requests=512)
+    generator: DeploymentConfig = DeploymentConfig(num_cpus=0.25, max_ongoing_requests=32, max_queued_requests=512)
 
 
 class HygraphConfig(Section):

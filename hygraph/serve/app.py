@@ -28,6 +28,7 @@ IMPORT_PATH = "hygraph.serve.app:app_builder"
 def deployment_options(d: DeploymentConfig) -> dict[str, Any]:
     """Serve deployment options: replicas (fixed or autoscaled), concurrency, actor resources."""
     opts: dict[str, Any] = {"max_ongoing_requests": d.max_ongoing_requests,
+                            "max_queued_requests": d.max_queued_requests,
                             "ray_actor_options": {"num_cpus": d.num_cpus, "num_gpus": d.num_gpus}}
     if d.autoscaling is not None:
         opts["autoscaling_config"] = d.autoscaling.model_dump()

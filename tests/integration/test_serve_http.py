@@ -7,6 +7,7 @@ import json
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import httpx
@@ -179,6 +180,36 @@ def test_metrics_endpoint_shows_project_metrics(server):
         time.sleep(2)
     assert not missing, missing
     assert 'mode="hybrid"' in text and 'stage="retrieve"' in text
+
+
+def test_a_new_version_is_served_without_failed_queries(server, hotpot_subset):
+    """`hygraph index` writes version 2 while queries run; Retrievers swap to it, nothing fails."""
+    corpus, _ = hotpot_subset
+    failures, answered, stop = [], [], threading.Event()
+
+    def load() -> None:
+        with Client(server["url"]) as c:
+            while not stop.is_set():
+                try:
+                    answered.append(c.query(QUESTION, mode="hybrid")["index_version"])
+                except Exception as exc:  # noqa: BLE001 - every failure is the test's finding
+                    failures.append(repr(exc))
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    try:
+        built = last_json(run_cli("index", "--corpus", str(corpus), "--index-dir", str(server["index_dir"])))
+        assert built["version"] == 2
+        deadline = time.monotonic() + 60
+        while server["client"].query(QUESTION)["index_version"] != 2:
+            assert time.monotonic() < deadline, "the Retriever did not move to version 2"
+            time.sleep(1)
+    finally:
+        stop.set()
+        worker.join(60)
+    assert not failures, failures[:3]
+    assert answered and set(answered) <= {1, 2}
+    assert httpx.get(server["url"] + "/readyz").json()["index_version"] == 2
 
 
 def test_ctrl_c_stops_everything(server):
