@@ -65,22 +65,11 @@ def cmd_eval(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
                     report=args.report, limit=args.limit)
 
 
-def ensure_demo_index(cfg: HygraphConfig, index_dir: Path) -> None:
-    """Build the bundled demo index into `index_dir` when it holds no version yet."""
-    from hygraph.data import DEMO_DIR
-    from hygraph.indexing.build import build_index
-    from hygraph.store.snapshot import SnapshotStore
-
-    if not index_dir.is_dir() or SnapshotStore(index_dir).current_version() is None:
-        print(f"[hygraph] {index_dir} holds no index: building the bundled demo index "
-              f"(about 4 minutes on 2 CPU cores)", file=sys.stderr)
-        build_index(cfg, DEMO_DIR / "corpus.jsonl", index_dir)
-
-
 def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     """Builds the bundled demo index when the directory has none, then answers sample questions."""
     from hygraph.data import DEMO_DIR
     from hygraph.engine import QueryEngine
+    from hygraph.indexing.build import ensure_demo_index
     from hygraph.model import load_questions
 
     index_dir = Path(args.index_dir)
@@ -102,7 +91,6 @@ def cmd_serve(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.serve.runner import run_server
 
     index_dir = Path(args.index_dir or cfg.index_dir)
-    ensure_demo_index(cfg, index_dir)
     return run_server(cfg, index_dir, host=args.host or cfg.serve.host, port=args.port or cfg.serve.port,
                       address=args.address)
 

@@ -9,6 +9,7 @@ directory, so a failed build leaves the previous version serving untouched.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -278,3 +279,13 @@ def _stats(docs: list[Document], cols: dict[str, Any], kb: Knowledge | None, hg:
         out["segments_per_layer"] = hier.segments_per_layer()
         out["segment_size_histogram"] = hier.size_histogram()
     return out
+
+
+def ensure_demo_index(cfg: HygraphConfig, index_dir: Path) -> None:
+    """Build the bundled demo corpus into `index_dir` when it holds no version yet."""
+    from hygraph.data import DEMO_DIR
+
+    if not index_dir.is_dir() or SnapshotStore(index_dir).current_version() is None:
+        print(f"[hygraph] {index_dir} holds no index: building the bundled demo index "
+              f"(about 4 minutes on 2 CPU cores)", file=sys.stderr)
+        build_index(cfg, DEMO_DIR / "corpus.jsonl", index_dir)

@@ -12,6 +12,7 @@ from hygraph.backends import vectorstore
 from hygraph.cluster.runtime import init_ray
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
+from hygraph.indexing.build import ensure_demo_index
 from hygraph.serve.app import APP_NAME, LLM_APP_NAME, LLM_ROUTE, build_app, llm_app
 
 
@@ -37,6 +38,7 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
     try:
         _say("starting Ray" if not ray_cfg.address else f"joining Ray at {ray_cfg.address}")
         init_ray(ray_cfg, metrics_port=cfg.serve.metrics_port)
+        ensure_demo_index(cfg, index_dir)
         serve.start(http_options={"host": host, "port": port})
         vllm = llm_app(cfg)
         if vllm is not None:

@@ -197,10 +197,10 @@ class _Row:
 
     number: int
     text: str
-    stems: set[str]
+    stems: frozenset[str]
     norm: str  # " normalized text " for whole-word entity matching
     subject: str  # id of the item's first entity: what a pronoun in this sentence refers to
-    spans: list[Span]
+    spans: tuple[Span, ...]
 
     def mentions(self, eid: str) -> bool:
         return f" {eid} " in self.norm or (eid == self.subject and _refers_back(self.text))
@@ -228,18 +228,27 @@ def _split_heading(text: str) -> tuple[str, str]:
 
 
 def _rows(context: Sequence[ContextItem]) -> list[_Row]:
-    rows: list[_Row] = []
-    for item in context:
-        heading, body = _split_heading(item.text)
-        spans = find_spans(heading) if heading else []
-        subject = _entity_id(spans[0].name) if spans else ""
-        for sentence in split_sentences(body):
-            spans = find_spans(sentence)
-            if not subject and spans:
-                subject = _entity_id(spans[0].name)
-            rows.append(_Row(item.number, sentence, content_stems(sentence),
-                             f" {_entity_id(sentence)} ", subject, spans))
-    return rows
+    return [_Row(item.number, *sentence) for item in context for sentence in _parse_item(item.text)]
+
+
+@functools.lru_cache(maxsize=1 << 13)
+def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[Span, ...]], ...]:
+    """(sentence, stems, normalized text, subject, spans) per sentence of a context item.
+
+    Cached by text: a served index returns the same chunks and summaries to many questions,
+    and parsing them is most of an answer's cost.
+    """
+    heading, body = _split_heading(text)
+    spans = find_spans(heading) if heading else []
+    subject = _entity_id(spans[0].name) if spans else ""
+    out = []
+    for sentence in split_sentences(body):
+        spans = find_spans(sentence)
+        if not subject and spans:
+            subject = _entity_id(spans[0].name)
+        out.append((sentence, frozenset(content_stems(sentence)), f" {_entity_id(sentence)} ", subject,
+                    tuple(spans)))
+    return tuple(out)
 
 
 def _cue(sentence: str, span: Span, stems: set[str]) -> int:
