@@ -22,9 +22,9 @@ def connect(cfg: VectorStoreConfig, index_dir: str | Path) -> VectorStore:
     if cfg.uri != "lite":
         store = MilvusStore(cfg, cfg.uri)
     else:
-        from hygraph.backends.vectorstore.lite_server import LiteServer
+        from hygraph.backends.vectorstore.lite_server import CLIENT_GRPC_OPTIONS, LiteServer
 
         server = LiteServer(Path(index_dir) / "milvus", cfg.lite_host, cfg.lite_port).start()
-        store = MilvusStore(cfg, server.uri, on_close=server.stop)
+        store = MilvusStore(cfg, server.uri, on_close=server.stop, grpc_options=CLIENT_GRPC_OPTIONS)
     store.ping()
     return store

@@ -28,6 +28,12 @@ from hygraph.processes import pid_alive
 
 START_TIMEOUT_S = 30.0
 
+# pymilvus pings every 10 s even with no call in flight; the Lite server keeps gRPC's default
+# policy (at most one ping per 5 minutes without data) and answers a client that sat idle
+# through a long build stage with GOAWAY "too_many_pings", after which that client could not
+# reconnect. A loopback server needs no keepalive while nothing is in flight.
+CLIENT_GRPC_OPTIONS = {"grpc.keepalive_permit_without_calls": False}
+
 
 def _listening(host: str, port: int) -> bool:
     try:

@@ -19,7 +19,8 @@ logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
 
 
 class MilvusStore:
-    def __init__(self, cfg: VectorStoreConfig, uri: str, on_close: Callable[[], None] | None = None) -> None:
+    def __init__(self, cfg: VectorStoreConfig, uri: str, on_close: Callable[[], None] | None = None,
+                 grpc_options: dict[str, Any] | None = None) -> None:
         from pymilvus import MilvusClient
         from pymilvus.exceptions import MilvusException
 
@@ -29,7 +30,8 @@ class MilvusStore:
         self._exc = MilvusException
         token = os.environ.get(cfg.token_env, "")
         try:
-            self.client = MilvusClient(uri=uri, token=token, timeout=cfg.connect_timeout_s)
+            self.client = MilvusClient(uri=uri, token=token, timeout=cfg.connect_timeout_s,
+                                       grpc_options=grpc_options or {})
         except MilvusException as exc:
             raise StoreUnavailable(f"vector_store.uri {uri}: Milvus unreachable ({exc.message})") from None
         self._metrics: dict[str, str] = {}
