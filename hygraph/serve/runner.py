@@ -49,7 +49,7 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
         url = f"http://{host}:{port}"
         _say(f"serving at {url}  (OpenAPI: {url}/docs, metrics: http://127.0.0.1:{cfg.serve.metrics_port}/metrics)")
         _say(f"try: curl -s {url}/v1/query -H 'Content-Type: application/json' "
-             "-d '{\"question\": \"Which magazine was started first, Arthur'\\''s Magazine or First for Women?\"}'")
+             "-d '{\"question\": \"Who wrote a song after attending a luau in the Koolauloa District on the island of Oahu?\"}'")
         _say("Ctrl-C stops the service")
         stop.wait()
         _say("stopping")

@@ -50,9 +50,13 @@ def server(built_index, tmp_path_factory):
     yield {"url": url, "proc": proc, "index_dir": index_dir, "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
            "log": log, "client": client}
     client.close()
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(30)
+    if proc.poll() is None:  # a test failed before test_ctrl_c_stops_everything: stop it as a user would
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
 
 
 QUESTION = "Which magazine was started first, Arthur's Magazine or First for Women?"
