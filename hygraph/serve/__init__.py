@@ -1,0 +1,1 @@
+"""The Ray Serve application: ingress, deployments, composition and `hygraph serve`."""

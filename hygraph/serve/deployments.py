@@ -55,12 +55,14 @@ class Retriever:
         self.llm_metrics = LLMMetrics()
         self.index_metrics = IndexMetrics()
         self.index_metrics.version.set(self.engine.version)
-        self._stop = threading.Event()
         self._poll_s = cfg.serve.version_poll_s
+        # A daemon thread: it ends with the replica's process, whose exit also releases the
+        # process's lease on the Milvus Lite server.
         threading.Thread(target=self._follow_current, name="hygraph-version-poll", daemon=True).start()
 
     def _follow_current(self) -> None:
-        while not self._stop.wait(self._poll_s):
+        while True:
+            time.sleep(self._poll_s)
             try:
                 if self.engine.refresh():
                     log.info("now serving index version %d", self.engine.version)
@@ -85,10 +87,6 @@ class Retriever:
     def check_health(self) -> None:
         """Serve restarts a replica whose store is unreachable (StoreUnavailable)."""
         self.engine.vectors.ping()
-
-    def __del__(self) -> None:
-        self._stop.set()
-        self.engine.close()
 
 
 @serve.deployment
