@@ -43,6 +43,10 @@ class ContextPartition:
     context_nodes: np.ndarray   # context nodes grouped by community, best score first
     context_scores: np.ndarray  # their penalized eq. 1 scores
 
+    @property
+    def n_communities(self) -> int:
+        return len(self.core_ptr) - 1
+
     def core(self, community: int) -> np.ndarray:
         return self.core_nodes[self.core_ptr[community]:self.core_ptr[community + 1]]
 

@@ -9,7 +9,7 @@ import pytest
 from hygraph.engine import MODES
 from hygraph.store.graph_io import read_graph
 from hygraph.store.snapshot import SnapshotStore
-from tests.integration.conftest import DATA, last_json, run_cli
+from tests.integration.conftest import DATA, cli_env, last_json, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +79,25 @@ def test_triples_import_builds_the_graph_from_them(tmp_path):
     rels = snap.table("relations").to_pydict()
     assert any(h == "journal of mathematical physics" and t == "american institute of physics"
                for h, t in zip(rels["head"], rels["tail"]))
+
+
+def test_leiden_partitioner_builds_and_serves_global(tmp_path):
+    """HyGRAG's context-aware Leiden as layer 1, LSH above it; `global` reads its communities."""
+    rows = [json.loads(l) for l in (DATA / "musique_train100.corpus.jsonl").open()][:60]
+    triples = [json.loads(l) for l in (DATA / "musique_train100.triples.jsonl").open()]
+    keep = {r["id"] for r in rows}
+    corpus, tfile, idx = tmp_path / "c.jsonl", tmp_path / "t.jsonl", tmp_path / "idx"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tfile.write_text("".join(json.dumps(t) + "\n" for t in triples if t["passage_id"] in keep))
+    env = cli_env(HYGRAPH__HIERARCHY__PARTITIONER="leiden")
+    out = last_json(run_cli("index", "--corpus", str(corpus), "--triples", str(tfile), "--index-dir", str(idx),
+                            env=env))
+    assert out["stats"]["segments_per_layer"]["L1"] > 1
+    snap = SnapshotStore(idx).open()
+    assert snap.manifest["hierarchy"]["partitioner"] == "leiden"
+    res = last_json(run_cli("query", "--index-dir", str(idx), "--mode", "global",
+                            "What is the Journal of Mathematical Physics?", env=env))
+    assert res["passages"] and res["context"]["summaries"]
 
 
 def test_unknown_triples_passage_is_exit_2(tmp_path, hotpot_subset):

@@ -84,6 +84,7 @@ def test_context_nodes_follow_the_scores_and_core_never_moves(labels: np.ndarray
     z = embeddings({4: 1, 3: 1})
     part = context_aware_partition(labels, z, EDGES, np.zeros(N), lambda_max=5, alpha=1.0)
     assert np.array_equal(part.labels, labels)
+    assert part.n_communities == 3
     for c, members in enumerate(CLIQUES):
         assert part.core(c).tolist() == list(members)
     # M_1 = 2 candidates -> lambda_1 = floor(log2 3) = 1: the nearer one (4, one hop) wins.
