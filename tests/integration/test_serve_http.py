@@ -4,6 +4,7 @@ driven over HTTP, by the project's client and by the official `openai` client; t
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -214,6 +215,25 @@ def test_a_new_version_is_served_without_failed_queries(server, hotpot_subset):
     assert not failures, failures[:3]
     assert answered and set(answered) <= {1, 2}
     assert httpx.get(server["url"] + "/readyz").json()["index_version"] == 2
+
+
+def test_a_store_crash_is_503_then_recovers(server):
+    """kill -9 the Milvus Lite server: 503 with Retry-After (never a 500) until Serve's health
+    check restarts the Retriever, whose store connection starts a new server."""
+    lite = json.loads((server["index_dir"] / "milvus" / "server.json").read_text())["pid"]
+    os.kill(lite, signal.SIGKILL)
+    statuses = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        resp = httpx.post(server["url"] + "/v1/query", json={"question": QUESTION, "mode": "dense"}, timeout=60)
+        statuses.append(resp.status_code)
+        if resp.status_code == 200:
+            break
+        assert resp.status_code == 503, resp.text
+        assert resp.headers["retry-after"] and resp.json()["error"]["code"] == "store_unavailable"
+        time.sleep(2)
+    assert statuses[0] == 503 and statuses[-1] == 200, statuses
+    assert json.loads((server["index_dir"] / "milvus" / "server.json").read_text())["pid"] != lite
 
 
 def test_ctrl_c_stops_everything(server):
