@@ -18,7 +18,7 @@ from hygraph.backends import vectorstore
 from hygraph.backends.embedder import Embedder, make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import LLM
-from hygraph.config import HygraphConfig
+from hygraph.config import HygraphConfig, RetrievalConfig
 from hygraph.core.prompt import NumberedItem, PromptItem, assemble_prompt
 from hygraph.core.retrieval.collapsed import collapsed
 from hygraph.core.retrieval.context import Context, Search
@@ -81,10 +81,6 @@ class QueryEngine:
     def version(self) -> int:
         return self.loaded.view.version
 
-    @property
-    def view(self) -> IndexView:
-        return self.loaded.view
-
     def _searcher(self, collections: dict[str, str]) -> Search:
         def search(kind: str, queries: np.ndarray, k: int, layer: int | None) -> list[list[tuple[str, float]]]:
             rows = self.vectors.search(collections[kind], queries, k, layer)
@@ -137,17 +133,8 @@ class QueryEngine:
         ans = self.llm.answer(question, self.prompt_items(question, ctx))
         return {"answer": ans.text, "citations": list(ans.citations)}
 
-    def check(self, question: str, mode: str | None, k: int | None) -> tuple[str, str, int]:
-        """The request's question, mode and k with defaults applied; InputError naming the field."""
-        if not question or not question.strip():
-            raise InputError("question: must not be empty")
-        mode = mode or self.cfg.retrieval.mode
-        if mode not in MODES:
-            raise InputError(f"mode: unknown mode '{mode}' (one of {', '.join(MODES)})")
-        return question, mode, k or self.cfg.retrieval.top_k
-
     def query(self, question: str, mode: str | None = None, k: int | None = None) -> dict[str, Any]:
-        question, mode, k = self.check(question, mode, k)
+        mode, k = check_request(self.cfg.retrieval, question, mode, k)
         loaded = self.loaded
         t0 = time.perf_counter()
         qv = self.embedder.encode([question])[0]
@@ -158,6 +145,16 @@ class QueryEngine:
         t3 = time.perf_counter()
         return result(gen["answer"], gen["citations"], mode, ctx, loaded.view.version,
                       {"embed": t1 - t0, "retrieve": t2 - t1, "generate": t3 - t2, "total": t3 - t0})
+
+
+def check_request(r: RetrievalConfig, question: str, mode: str | None, k: int | None) -> tuple[str, int]:
+    """The mode and k of a request with the configured defaults; InputError naming the bad field."""
+    if not question or not question.strip():
+        raise InputError("question: must not be empty")
+    mode = mode or r.mode
+    if mode not in MODES:
+        raise InputError(f"mode: unknown mode '{mode}' (one of {', '.join(MODES)})")
+    return mode, k or r.top_k
 
 
 def passages_json(ctx: Context) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from hygraph import __version__
 from hygraph.config import HygraphConfig
 from hygraph.core.retrieval.context import Context
-from hygraph.engine import MODES, result
+from hygraph.engine import check_request, result
 from hygraph.model import Document
 from hygraph.serve.http import (ApiError, api_keys, as_api_error, check_key, error_body, error_response,
                                 read_json)
@@ -70,21 +70,15 @@ class Ingress:
         self.journal = Journal(index_dir)
         self.store = SnapshotStore(index_dir)
         self.metrics = IngressMetrics()
-        self.model_names = {"hygraph", SnapshotStore(index_dir).root.resolve().name}
+        self.model_names = {"hygraph", self.store.root.resolve().name}
 
     # -- the pipeline shared by /v1/query and /v1/chat/completions ---------------------------
 
     async def _retrieve(self, question: str, mode: str | None, k: int | None) -> dict[str, Any]:
-        sc = self.cfg.serve
-        if not question.strip():
-            raise ApiError(422, "invalid_field", "question: must not be empty")
-        if len(question) > sc.max_question_chars:
-            raise ApiError(422, "invalid_field",
-                           f"question: {len(question)} characters exceeds the limit of {sc.max_question_chars}")
-        mode = mode or self.cfg.retrieval.mode
-        if mode not in MODES:
-            raise ApiError(422, "invalid_field", f"mode: unknown mode '{mode}' (one of {', '.join(MODES)})")
-        k = k or self.cfg.retrieval.top_k
+        limit = self.cfg.serve.max_question_chars
+        if len(question) > limit:
+            raise ApiError(422, "invalid_field", f"question: {len(question)} characters exceeds the limit of {limit}")
+        mode, k = check_request(self.cfg.retrieval, question, mode, k)
         t0 = time.perf_counter()
         qv = await self.embedder.embed.remote(question)
         t1 = time.perf_counter()
