@@ -65,6 +65,27 @@ def cmd_eval(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
                     report=args.report, limit=args.limit)
 
 
+def cmd_insert(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
+    from hygraph.cluster.updater import submit
+    from hygraph.model import load_corpus
+
+    docs = load_corpus(args.corpus)
+    payload = {"documents": [{"id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata} for d in docs]}
+    return submit(cfg, args.index_dir, "insert", payload)
+
+
+def cmd_delete(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
+    from hygraph.cluster.updater import submit
+
+    ids = [i.strip() for i in args.ids.split(",") if i.strip()]
+    if not ids:
+        raise InputError("--ids: no document id given")
+    out = submit(cfg, args.index_dir, "delete", {"ids": ids})
+    return {"version": out["version"], "documents_removed": out["documents_removed"],
+            "summaries_rebuilt": out["summaries_rebuilt"], "seconds": out["seconds"],
+            "chunks_removed": out["chunks_removed"], "llm_calls": out["llm_calls"]}
+
+
 def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     """Builds the bundled demo index when the directory has none, then answers sample questions."""
     from hygraph.data import DEMO_DIR
@@ -138,6 +159,17 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--report", default=None,
                    help="write a Markdown table and a PNG chart with this path prefix")
     s.set_defaults(run=cmd_eval)
+
+    s = sub.add_parser("insert", help="add documents to an index without a rebuild (journaled; applied "
+                       "here, or by the running server's updater)")
+    s.add_argument("--index-dir", required=True)
+    s.add_argument("--corpus", required=True, help="JSONL documents; an existing id with new text replaces it")
+    s.set_defaults(run=cmd_insert)
+
+    s = sub.add_parser("delete", help="remove documents and everything derived only from them")
+    s.add_argument("--index-dir", required=True)
+    s.add_argument("--ids", required=True, help="comma-separated document ids")
+    s.set_defaults(run=cmd_delete)
 
     s = sub.add_parser("demo", help="build the bundled demo index if needed and answer sample questions")
     s.add_argument("--index-dir", default="runs/demo")

@@ -150,6 +150,19 @@ class IndexingConfig(Section):
     batch_size: int = Field(256, ge=1)
 
 
+class UpdatesConfig(Section):
+    """The OnlineUpdater (ARCHITECTURE.md §7): journal batches, version retention, online learning."""
+
+    poll_s: float = Field(0.5, gt=0)  # how often the updater looks for new journal jobs
+    max_batch_jobs: int = Field(64, ge=1)  # journal jobs applied together into one version
+    keep_versions: int = Field(3, ge=1)  # snapshot versions kept besides CURRENT...
+    gc_grace_s: float = Field(300.0, ge=0)  # ...and any version younger than this
+    tau_attach: float = Field(0.65, ge=-1, le=1)  # HyGRAG §3.4 attachment threshold (Leiden)
+    hyperbolic_steps: int = Field(10, ge=0)  # HyperRAG L_inc steps per query subgraph
+    recalibrate_every: int = Field(100, ge=1)  # query subgraphs between full hyperbolic retrains
+    num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
+
+
 class AutoscalingConfig(Section):
     """Serve's `autoscaling_config`: replicas follow the ongoing requests per replica."""
 
@@ -211,6 +224,7 @@ class HygraphConfig(Section):
     hyperbolic: HyperbolicConfig = HyperbolicConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     indexing: IndexingConfig = IndexingConfig()
+    updates: UpdatesConfig = UpdatesConfig()
     serve: ServeConfig = ServeConfig()
 
     def index_hash(self) -> str:

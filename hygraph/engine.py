@@ -81,10 +81,11 @@ class QueryEngine:
     def version(self) -> int:
         return self.loaded.view.version
 
-    def _searcher(self, collections: dict[str, str]) -> Search:
+    def _searcher(self, loaded: Loaded) -> Search:
         def search(kind: str, queries: np.ndarray, k: int, layer: int | None) -> list[list[tuple[str, float]]]:
-            rows = self.vectors.search(collections[kind], queries, k, layer)
-            return [[(h.id, h.score) for h in row] for row in rows]
+            rows = self.vectors.search(loaded.collections[kind], queries, k, layer)
+            known = loaded.view.known(kind)
+            return [[(h.id, h.score) for h in row if h.id in known] for row in rows]
 
         return search
 
@@ -96,7 +97,7 @@ class QueryEngine:
     def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int,
                  loaded: Loaded | None = None) -> Context:
         loaded = loaded or self.loaded
-        v, search = loaded.view, self._searcher(loaded.collections)
+        v, search = loaded.view, self._searcher(loaded)
         if mode == "dense":
             return dense(query_vec, k, search, v.chunk_text, v.chunk_doc, v.titles)
         needs = {"hyperbolic": "hyperbolic", "collapsed": "summaries", "global": "summaries",

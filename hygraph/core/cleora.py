@@ -86,3 +86,31 @@ def cleora_embed(
     for _ in range(iterations):
         z = torch.nn.functional.normalize(matrix @ z, p=2.0, dim=1)
     return z.cpu().numpy()
+
+
+def cleora_extend(adj: sp.csr_matrix, node_ids: Sequence[str], embedding: np.ndarray, new: np.ndarray,
+                  iterations: int = 2, seed: int = 0) -> np.ndarray:
+    """HyGRAG eq. 7 restricted to new nodes: Z[new] <- rownorm(D^-1 A Z)[new], old rows held fixed.
+
+    `embedding` holds the existing nodes' vectors (rows of new nodes are ignored); `new` is a
+    boolean mask. New nodes start from `cleora_init` and take `iterations` propagation steps
+    through their neighbours, so an insert embeds its nodes without re-running Cleora.
+    """
+    n = len(node_ids)
+    if adj.shape != (n, n) or embedding.shape[0] != n or new.shape != (n,):
+        raise ValueError(f"adjacency {adj.shape}, embedding {embedding.shape} and mask {new.shape} "
+                         f"must all cover {n} nodes")
+    z = np.array(embedding, dtype=np.float32)
+    rows = np.flatnonzero(new)
+    if rows.size == 0:
+        return z
+    z[rows] = cleora_init([node_ids[i] for i in rows], z.shape[1], seed)
+    sub = sp.csr_matrix(adj[rows], dtype=np.float32)
+    degree = np.asarray(sub.sum(axis=1)).ravel()
+    linked = degree > 0
+    # An isolated new node keeps its init, as in `_transition`'s self-loop.
+    walk = sp.diags(np.where(linked, 1.0 / np.maximum(degree, 1e-12), 0.0).astype(np.float32)) @ sub
+    for _ in range(iterations):
+        step = np.asarray(walk @ z, dtype=np.float32)[linked]
+        z[rows[linked]] = step / np.maximum(np.linalg.norm(step, axis=1, keepdims=True), np.float32(1e-12))
+    return z

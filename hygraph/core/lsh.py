@@ -244,16 +244,19 @@ class Repartition:
 
 
 def repartition_affected(segments: list[np.ndarray], codes: np.ndarray, new_codes: np.ndarray,
-                         s_min: int, s_max: int) -> Repartition:
-    """EraRAG Alg. 3 lines 1-8: place new rows and re-partition only the affected segments.
+                         s_min: int, s_max: int, removed: np.ndarray | None = None) -> Repartition:
+    """EraRAG Alg. 3 lines 1-8 (plus deletes): place new rows and re-partition only the affected segments.
 
     `codes` are the existing rows' codes (rows 0..n-1), `segments` their current partition;
-    the new rows become rows n..n+m-1 with `new_codes`. Affected are the segments holding a
-    row whose code a new row shares, and, for a new code absent from the old rows that too
-    few new rows carry to stand alone (< s_min), the segments holding the Hamming-nearest old
-    code (ties: larger bucket, then lower code). Segments outside [s_min, s_max] count as
-    affected as well. The affected rows plus the new rows are partitioned with `partition`'s
-    rules; a resulting segment equal to an affected old one is kept as unchanged.
+    `removed` rows leave, the kept rows are renumbered 0..n'-1 in their old order and the
+    new rows become rows n'..n'+m-1 with `new_codes`; the result indexes that numbering.
+    Affected are the segments holding a row whose code a new row shares, and, for a new code
+    absent from the old rows that too few new rows carry to stand alone (< s_min), the
+    segments holding the Hamming-nearest old code (ties: larger bucket, then lower code).
+    A segment that lost rows is affected, and so, when it fell below s_min, is the segment
+    holding the code nearest to its codes. Segments outside [s_min, s_max] count as affected
+    as well. The affected rows plus the new rows are partitioned with `partition`'s rules;
+    a resulting segment equal to an affected old one is kept as unchanged.
     """
     _check_bounds(s_min, s_max)
     codes = _check_codes(codes, "codes")
@@ -263,27 +266,41 @@ def repartition_affected(segments: list[np.ndarray], codes: np.ndarray, new_code
     covered = np.sort(np.concatenate(old_segments)) if old_segments else np.empty(0, dtype=np.int64)
     if not np.array_equal(covered, np.arange(n_old)):
         raise ValueError(f"segments must cover rows 0..{n_old - 1} exactly once")
-    if n_new == 0:
+    keep = np.ones(n_old, dtype=bool)
+    if removed is not None:
+        removed = np.asarray(removed, dtype=np.int64)
+        if removed.size and (removed.min() < 0 or removed.max() >= n_old):
+            raise ValueError(f"removed rows must lie in 0..{n_old - 1}")
+        keep[removed] = False
+    if n_new == 0 and keep.all():
         return Repartition(old_segments, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
+    renumber = np.cumsum(keep) - 1
+    shrunk = np.array([not keep[s].all() for s in old_segments], dtype=bool)
+    old_segments = [renumber[s[keep[s]]] for s in old_segments]
+    codes = codes[keep]
+    n_old = codes.size
     segment_of_row = np.empty(n_old, dtype=np.int64)
     for i, seg in enumerate(old_segments):
         segment_of_row[seg] = i
     sizes = np.array([s.size for s in old_segments], dtype=np.int64)
-    affected = np.zeros(len(old_segments), dtype=bool)
-    affected[(sizes < s_min) | (sizes > s_max)] = True
+    affected = shrunk | (sizes < s_min) | (sizes > s_max)
     if n_old:
         old_unique, old_counts = np.unique(codes, return_counts=True)
+        priority = np.empty(old_unique.size, dtype=np.int64)
+        priority[np.lexsort((old_unique, -old_counts))] = np.arange(old_unique.size)
+        n_bits = _n_bits(codes, new_codes)
         new_unique, new_counts = np.unique(new_codes, return_counts=True)
         known = np.isin(new_unique, old_unique)
         stray = new_unique[~known & (new_counts < s_min)]
-        hit_codes = new_unique[known]
+        hit_codes = [new_unique[known]]
         if stray.size:
-            priority = np.empty(old_unique.size, dtype=np.int64)
-            priority[np.lexsort((old_unique, -old_counts))] = np.arange(old_unique.size)
-            nearest = _nearest(stray, old_unique, priority, _n_bits(codes, new_codes))
-            hit_codes = np.concatenate([hit_codes, old_unique[nearest]])
-        affected[segment_of_row[np.isin(codes, hit_codes)]] = True
+            hit_codes.append(old_unique[_nearest(stray, old_unique, priority, n_bits)])
+        small = [s for s, shr, size in zip(old_segments, shrunk, sizes) if shr and 0 < size < s_min]
+        if small and old_unique.size > 1:
+            hit_codes.append(old_unique[_nearest(np.unique(codes[np.concatenate(small)]), old_unique,
+                                                 priority, n_bits)])
+        affected[segment_of_row[np.isin(codes, np.concatenate(hit_codes))]] = True
 
     affected_idx = np.flatnonzero(affected)
     pool = np.sort(np.concatenate([*(old_segments[i] for i in affected_idx),
@@ -292,9 +309,10 @@ def repartition_affected(segments: list[np.ndarray], codes: np.ndarray, new_code
     parts = [pool[p] for p in _adjust(all_codes[pool], s_min, s_max)]
 
     part_keys = {p.tobytes() for p in parts}
-    reproduced = {i for i in affected_idx if old_segments[i].tobytes() in part_keys}
+    reproduced = {i for i in affected_idx if not shrunk[i] and old_segments[i].tobytes() in part_keys}
     kept_keys = {old_segments[i].tobytes() for i in reproduced}
     kept = [seg for i, seg in enumerate(old_segments) if not affected[i] or i in reproduced]
     fresh = [p for p in parts if p.tobytes() not in kept_keys]
-    removed = np.array([i for i in affected_idx if i not in reproduced], dtype=np.int64)
-    return Repartition(kept + fresh, np.arange(len(kept), len(kept) + len(fresh), dtype=np.int64), removed)
+    removed_segments = np.array([i for i in affected_idx if i not in reproduced], dtype=np.int64)
+    return Repartition(kept + fresh, np.arange(len(kept), len(kept) + len(fresh), dtype=np.int64),
+                       removed_segments)

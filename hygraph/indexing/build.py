@@ -229,6 +229,10 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
                 with stages.stage("hyperbolic"):
                     hyp = train_hyperbolic(cfg, cols["text"], cols["embedding"])
         vs = vectorstore.connect(cfg.vector_store, index_dir)
+        previous = store.current_version()
+        # Journal jobs already applied to the replaced version stay applied: the rebuild takes
+        # over its offset, and jobs after it are applied on top of the new version.
+        offset = int(store.open(previous).manifest.get("journal_offset", 0)) if previous is not None else 0
         with store.begin() as w:
             writer = _VectorWriter(vs, store, w.version)
             with stages.stage("write vectors"):
@@ -251,7 +255,7 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
                     "hierarchy": hier.manifest() if hier is not None else None,
                     "hyperbolic": ({"M": hyp["M"], "dim": cfg.hyperbolic.dim, "seed": cfg.hyperbolic.seed}
                                    if hyp is not None else None),
-                    "llm_calls": usage.calls(), "journal_offset": 0})
+                    "llm_calls": usage.calls(), "journal_offset": offset})
                 version = w.version
         writer = None
     finally:

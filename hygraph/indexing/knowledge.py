@@ -65,6 +65,33 @@ class Knowledge:
             if chunk_id is not None:
                 self.hyperedge_chunks[he.id].add(chunk_id)
 
+    def remove_chunks(self, chunk_ids: Iterable[str]) -> tuple[set[str], set[str], set[str]]:
+        """Withdraw the support of deleted chunks; returns the entity, relation and hyperedge ids left
+        with none. An entity stays while a remaining relation or hyperedge still names it; facts
+        that never had a chunk (`--kg`) are not touched."""
+        gone = set(chunk_ids)
+        dropped: list[set[str]] = []
+        for table, support in ((self.relations, self.relation_chunks), (self.hyperedges, self.hyperedge_chunks),
+                               (self.entities, self.entity_chunks)):
+            out = set()
+            for key in [k for k, cids in support.items() if cids & gone]:
+                support[key] -= gone
+                if not support[key]:
+                    out.add(key)
+            dropped.append(out)
+        rels, hes, ents = dropped
+        for rid in rels:
+            del self.relations[rid], self.relation_chunks[rid]
+        for hid in hes:
+            del self.hyperedges[hid], self.hyperedge_chunks[hid]
+        named = {e for r in self.relations.values() for e in (r.head, r.tail)}
+        named.update(e for h in self.hyperedges.values() for e in h.entities)
+        ents -= named
+        for eid in ents:
+            del self.entities[eid], self.entity_chunks[eid]
+            self._names.pop(eid, None)
+        return ents, rels, hes
+
     def finish(self) -> "Knowledge":
         """Name each entity by its most frequent surface form (ties: the first seen)."""
         for eid, names in self._names.items():

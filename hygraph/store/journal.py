@@ -81,3 +81,48 @@ class Journal:
 
     def find(self, job_id: str) -> Job | None:
         return next((job for job in self.jobs() if job.job_id == job_id), None)
+
+    @property
+    def _failed_path(self) -> Path:
+        return self.path.parent / "failed.jsonl"
+
+    @property
+    def _running_path(self) -> Path:
+        return self.path.parent / "running.json"
+
+    def mark_failed(self, job_id: str, error: str) -> None:
+        """Record a job the updater could not apply (it is skipped from then on)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._failed_path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"job_id": job_id, "error": error}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def failed(self) -> dict[str, str]:
+        if not self._failed_path.is_file():
+            return {}
+        rows = [json.loads(line) for line in self._failed_path.read_text(encoding="utf-8").splitlines()
+                if line.endswith("}")]
+        return {r["job_id"]: r["error"] for r in rows}
+
+    def set_running(self, job_ids: list[str]) -> None:
+        """The jobs the updater is applying now (advisory, for `GET /v1/jobs`)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._running_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(job_ids))
+        os.replace(tmp, self._running_path)
+
+    def running(self) -> set[str]:
+        try:
+            return set(json.loads(self._running_path.read_text()))
+        except (OSError, ValueError):
+            return set()
+
+    def status(self, job: Job, applied_offset: int) -> tuple[str, str | None]:
+        """(`queued`|`running`|`done`|`failed`, error) of a job, given the serving version's offset."""
+        failed = self.failed()
+        if job.job_id in failed:
+            return "failed", failed[job.job_id]
+        if applied_offset >= job.end_offset:
+            return "done", None
+        return ("running" if job.job_id in self.running() else "queued"), None

@@ -180,6 +180,26 @@ class SnapshotStore:
             if cur is None or version > cur:
                 write_atomic(self.root / "CURRENT", f"{version}\n".encode())
 
+    def gc(self, keep: int, grace_s: float) -> list[int]:
+        """Remove versions older than the newest `keep` and older than `grace_s`; CURRENT always stays.
+
+        Readers that still hold an older version read memory they loaded already; the grace
+        period covers a reader that resolved CURRENT just before it moved.
+        """
+        current = self.current_version()
+        now = time.time()
+        removed = []
+        for v in self.versions()[:-keep]:
+            path = self.versions_dir / f"{v:06d}"
+            if v == current or now - path.stat().st_mtime < grace_s:
+                continue
+            # Rename first, so no reader ever opens a half-deleted version.
+            doomed = self.versions_dir / f".gc-{v}-{os.getpid()}"
+            os.replace(path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+            removed.append(v)
+        return removed
+
     def collection(self, generation: int, kind: str) -> str:
         """Vector collection name: unique per index directory and full build (`generation`)."""
         if self.uid is None:

@@ -3,7 +3,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from hygraph.core.cleora import cleora_embed, cleora_init
+from hygraph.core.cleora import cleora_embed, cleora_extend, cleora_init
 
 IDS = ["n0", "n1", "n2", "n3"]
 
@@ -90,3 +90,23 @@ def test_cuda_matches_cpu():
     cpu = cleora_embed(adj, ids, dim=64, iterations=2, seed=7, device="cpu")
     gpu = cleora_embed(adj, ids, dim=64, iterations=2, seed=7, device="cuda")
     np.testing.assert_allclose(cpu, gpu, atol=1e-5)
+
+
+def test_cleora_extend_propagates_only_into_new_nodes():
+    # Path a - b - c, then a new node d joined to a and c: d's vector is the normalized mean of
+    # a's and c's (its own init drops out after one step); old rows are untouched.
+    adj = sp.csr_matrix(np.array([[0, 1, 0, 1], [1, 0, 1, 0], [0, 1, 0, 1], [1, 0, 1, 0]], dtype=np.float32))
+    ids = ["a", "b", "c", "d"]
+    old = cleora_embed(adj[:3, :3], ids[:3], dim=8, iterations=2, seed=1)
+    base = np.vstack([old, np.zeros((1, 8), np.float32)])
+    out = cleora_extend(adj, ids, base, np.array([False, False, False, True]), iterations=1, seed=1)
+    np.testing.assert_array_equal(out[:3], old)
+    mean = (old[0] + old[2]) / 2
+    np.testing.assert_allclose(out[3], mean / np.linalg.norm(mean), rtol=1e-5)
+
+
+def test_cleora_extend_keeps_an_isolated_new_node_at_its_init():
+    adj = sp.csr_matrix((2, 2), dtype=np.float32)
+    out = cleora_extend(adj, ["x", "y"], np.ones((2, 4), np.float32), np.array([False, True]), seed=3)
+    np.testing.assert_array_equal(out[1], cleora_init(["y"], 4, 3)[0])
+    np.testing.assert_array_equal(out[0], np.ones(4, np.float32))

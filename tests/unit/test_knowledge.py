@@ -56,3 +56,21 @@ def test_kg_import_validates_lines(tmp_path):
     empty_end.write_text(json.dumps(["?", "is", "France"]) + "\n")
     with pytest.raises(InputError, match="letters or digits"):
         load_kg(empty_end)
+
+
+def test_remove_chunks_drops_only_what_lost_all_support():
+    from hygraph.model import Entity, Extraction, Hyperedge, Relation
+    from hygraph.indexing.knowledge import merge_extractions
+
+    a = Extraction("c1", entities=[Entity("ada", "Ada"), Entity("bob", "Bob")],
+                   relations=[Relation.make("Ada", "knows", "Bob")],
+                   hyperedges=[Hyperedge.make("Ada met Bob and Cy.", ["Ada", "Bob", "Cy"])])
+    b = Extraction("c2", entities=[Entity("bob", "Bob"), Entity("dan", "Dan")],
+                   relations=[Relation.make("Bob", "likes", "Dan")])
+    kb = merge_extractions([a, b])
+    ents, rels, hes = kb.remove_chunks(["c1"])
+    # Bob is still mentioned by c2; Cy only by c1's hyperedge; Ada only by c1.
+    assert ents == {"ada"} and len(rels) == 1 and len(hes) == 1
+    assert set(kb.entities) == {"bob", "dan"} and kb.entity_chunks["bob"] == {"c2"}
+    assert [r.text for r in kb.relations.values()] == ["bob likes dan"]
+    assert kb.remove_chunks(["c1"]) == (set(), set(), set())

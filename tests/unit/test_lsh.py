@@ -236,3 +236,45 @@ def test_repartition_property(old_codes, new_codes, bound):
     # Every new row sits in a changed segment.
     new_rows = set(range(old_codes.size, n))
     assert new_rows <= {int(r) for i in changed for r in result.segments[i]}
+
+
+def test_repartition_removes_rows_and_renumbers_the_rest():
+    # Three buckets of 6; two rows of the middle one leave, so only it is rebuilt (4 < s_min
+    # merges it into its Hamming-nearest neighbour 0b0001's segment).
+    codes = np.array([0b0000] * 6 + [0b0001] * 6 + [0b1110] * 6)
+    old = partition(codes, 5, 20)
+    result = repartition_affected(old, codes, np.empty(0, dtype=np.int64), 5, 20, removed=np.array([6, 7]))
+    assert_bounds(result.segments, 16, 5, 20)
+    # Kept rows renumber: old rows 8..17 become 6..15.
+    assert [result.segments[i].tolist() for i in result.changed] == [list(range(0, 10))]
+    assert sorted(result.removed.tolist()) == [0, 1]
+    assert [s.tolist() for s in result.segments if s[0] == 10] == [list(range(10, 16))]
+
+
+def test_repartition_drops_a_segment_whose_rows_all_leave():
+    codes = np.array([0b0000] * 6 + [0b1111] * 6)
+    old = partition(codes, 5, 20)
+    result = repartition_affected(old, codes, np.array([0b1111]), 5, 20, removed=np.arange(6))
+    assert [s.tolist() for s in result.segments] == [list(range(7))]
+    assert result.removed.tolist() == [0, 1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(old_codes=code_arrays(max_size=200), new_codes=code_arrays(max_size=40), bound=bounds(),
+       data=st.data())
+def test_repartition_with_removals_property(old_codes, new_codes, bound, data):
+    s_min, s_max = bound
+    old = partition(old_codes, s_min, s_max)
+    removed = np.array(sorted(data.draw(st.sets(st.integers(0, max(old_codes.size - 1, 0)),
+                                                max_size=old_codes.size // 2))) if old_codes.size else [],
+                       dtype=np.int64)
+    result = repartition_affected(old, old_codes, new_codes, s_min, s_max, removed=removed)
+    n = old_codes.size - removed.size + new_codes.size
+    covered = np.sort(np.concatenate(result.segments)) if result.segments else np.empty(0, np.int64)
+    assert covered.tolist() == list(range(n))
+    # A segment that lost a row is never reported as unchanged.
+    renumber = np.cumsum(np.isin(np.arange(old_codes.size), removed, invert=True)) - 1
+    intact = {renumber[s].tobytes() for s in old if not np.isin(s, removed).any()}
+    for i, seg in enumerate(result.segments):
+        if i not in set(result.changed.tolist()):
+            assert seg.tobytes() in intact

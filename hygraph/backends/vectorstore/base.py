@@ -30,6 +30,10 @@ class VectorStore(Protocol):
 
     def delete(self, name: str, ids: Sequence[str]) -> None: ...
 
+    def persist(self, name: str) -> None:
+        """Make this process's writes to `name` durable and visible to other processes."""
+        ...
+
     def seal(self, name: str) -> None:
         """Flush, build the vector index and load it for search."""
         ...

@@ -47,8 +47,12 @@ class FaissStore:
                 index = faiss.read_index(str(index_file))
             self._cols[name] = {"metric": info["metric"], "dim": info["dim"],
                                 "ids": list(data["ids"]), "vecs": data["vecs"], "layers": data["layers"],
-                                "index": index}
+                                "index": index, "stamp": self._stamp(name)}
         return self._cols[name]
+
+    def _stamp(self, name: str) -> int:
+        meta = self._path(name) / "meta.json"
+        return meta.stat().st_mtime_ns if meta.is_file() else 0
 
     def _hnsw(self) -> bool:
         return self.cfg.index_type == "HNSW" and self.device != "cuda"
@@ -62,17 +66,23 @@ class FaissStore:
 
     def create(self, name: str, dim: int, metric: Metric) -> None:
         self._cols[name] = {"metric": metric, "dim": dim, "ids": [], "layers": np.zeros(0, np.int64),
-                            "vecs": np.zeros((0, dim), np.float32), "index": None}
+                            "vecs": np.zeros((0, dim), np.float32), "index": None, "stamp": 0}
 
     def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
                layers: Sequence[int] | None = None) -> None:
         col = self._load(name)
         self.delete(name, ids)
+        vecs = np.asarray(vectors, np.float32)
         col["ids"].extend(ids)
-        col["vecs"] = np.vstack([col["vecs"], np.asarray(vectors, np.float32)])
+        col["vecs"] = np.vstack([col["vecs"], vecs])
         lay = np.asarray(layers if layers is not None else np.zeros(len(ids)), np.int64)
         col["layers"] = np.concatenate([col["layers"], lay])
-        col["index"] = None
+        # An HNSW graph takes new rows in place (an update's few rows cost milliseconds, a rebuild
+        # of a large collection seconds); removing rows needs a rebuild.
+        if col["index"] is not None and self._hnsw() and len(ids):
+            col["index"].add(vecs)
+        else:
+            col["index"] = None
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
         col = self._load(name)
@@ -83,7 +93,13 @@ class FaissStore:
             col["vecs"], col["layers"], col["index"] = col["vecs"][keep], col["layers"][keep], None
 
     def open(self, name: str) -> None:
+        """Load `name`, again when another process has persisted a newer copy since."""
+        if name in self._cols and self._cols[name]["stamp"] != self._stamp(name):
+            del self._cols[name]
         self._load(name)
+
+    def persist(self, name: str) -> None:
+        self.seal(name)
 
     def seal(self, name: str) -> None:
         col = self._load(name)
@@ -98,6 +114,7 @@ class FaissStore:
             faiss.write_index(self._index(col), str(path / "index.tmp.faiss"))
             os.replace(path / "index.tmp.faiss", path / "index.faiss")
         (path / "meta.json").write_text(json.dumps({"metric": col["metric"], "dim": col["dim"]}))
+        col["stamp"] = self._stamp(name)
 
     def _index(self, col: dict):  # noqa: ANN202 - faiss types are untyped
         if col["index"] is None:

@@ -80,6 +80,9 @@ class MilvusStore:
         if ids:
             self._call("delete", self.client.delete, name, ids=list(ids))
 
+    def persist(self, name: str) -> None:
+        """Nothing to do: Milvus acknowledges an upsert or delete once it is durable and searchable."""
+
     def seal(self, name: str) -> None:
         self._call("flush", self.client.flush, name)
         metric = self._metrics.get(name) or self._describe_metric(name)

@@ -8,7 +8,7 @@ every strategy is testable on a hand-made view with a brute-force search.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Container, Sequence
 
 import numpy as np
 
@@ -56,3 +56,10 @@ class IndexView:
     hyper_adj_indices: np.ndarray | None = None
     hyper_dim: int = 0
     hyper_seed: int = 0
+
+    def known(self, kind: str) -> Container[str]:
+        """The ids of a vector collection's kind that this version holds: collections are shared by
+        the versions of one build, so a search may meet rows of a newer or retired version."""
+        return {"chunks": self.chunk_text, "entities": self.entity_name, "relations": self.relations,
+                "hyperedges": self.hyperedge_text, "summaries": self.summary_text,
+                "hyperbolic": self.hyper_row}[kind]

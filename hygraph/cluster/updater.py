@@ -1,0 +1,297 @@
+"""The OnlineUpdater: the only writer of a live index (ARCHITECTURE.md §7).
+
+`IndexUpdater` (no Ray) takes journal jobs after the current version's `journal_offset`,
+applies them as one batch and publishes the next version:
+
+1. vector rows of the batch are upserted, tagged with the new version number; readers of
+   the current version never see them (they keep only ids their version knows);
+2. the snapshot is written and `CURRENT` moves, carrying the batch's journal offset;
+3. rows the new version no longer has are deleted, and old versions are garbage-collected.
+
+A crash before 2 leaves the current version untouched and the jobs unapplied, so the next
+updater replays them; ids are content-derived, so replaying upserts the same rows. A crash
+between 2 and 3 leaves rows no version knows; the next start deletes them again from the
+current manifest's `retired` list. Hence every acknowledged job is applied exactly once.
+
+`OnlineUpdater` is the named, detached Ray actor around it that `hygraph serve` starts; an
+updater file lock keeps a second writer (another actor, a CLI insert) out.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hygraph.backends import resolve_device, vectorstore
+from hygraph.backends.embedder import make_embedder
+from hygraph.backends.llm import make_llm
+from hygraph.config import HygraphConfig
+from hygraph.errors import BackendError, StoreError, StoreUnavailable
+from hygraph.indexing.build import _stats, _write_tables
+from hygraph.indexing.state import IndexState, load_state
+from hygraph.indexing.update import Applier, Batch, Delta, fold_jobs
+from hygraph.store.journal import Job, Journal
+from hygraph.store.snapshot import SnapshotStore
+
+log = logging.getLogger("hygraph.updater")
+# Failures worth retrying later (the job stays queued); anything else fails the job.
+RETRYABLE = (BackendError, StoreUnavailable)
+
+
+class UpdaterBusy(StoreError):
+    """Another process holds the index's updater lock."""
+
+
+class IndexUpdater:
+    def __init__(self, cfg: HygraphConfig, index_dir: str | Path) -> None:
+        self.cfg = cfg
+        self.index_dir = Path(index_dir)
+        self.store = SnapshotStore(index_dir)
+        self.journal = Journal(index_dir)
+        self._lock_fd = self._take_lock()
+        self.vectors = vectorstore.connect(cfg.vector_store, index_dir)
+        self.llm = make_llm(cfg.llm, cache_dir=cfg.llm.cache_dir or str(self.index_dir / "llm_cache"))
+        self.applier = Applier(cfg, make_embedder(cfg.embedder), self.llm, resolve_device(cfg.hierarchy.device))
+        self.state: IndexState | None = None
+        self.applied_batches = 0
+        self._reconcile()
+
+    def _take_lock(self) -> int:
+        fd = os.open(self.index_dir / "updater.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UpdaterBusy(f"{self.index_dir}: another updater is running (a `hygraph serve` on this index?)") \
+                from None
+        return fd
+
+    def close(self) -> None:
+        self.vectors.close()
+        os.close(self._lock_fd)
+
+    def _load(self) -> IndexState:
+        current = self.store.current_version()
+        if self.state is None or self.state.version != current:
+            self.state = load_state(self.store.open(current))
+        return self.state
+
+    def _reconcile(self) -> None:
+        """Finish step 3 of the last published version (a crash may have cut it short)."""
+        manifest = self.store.open().manifest
+        self._retire(manifest["collections"], manifest.get("retired") or {})
+
+    def pending(self) -> list[Job]:
+        offset = int(self.store.open().manifest.get("journal_offset", 0))
+        failed = self.journal.failed()
+        return [j for j in self.journal.jobs(offset) if j.job_id not in failed]
+
+    def step(self) -> dict[str, Any] | None:
+        """Apply up to `updates.max_batch_jobs` pending jobs as one version; None when nothing is pending.
+
+        A batch that fails for a non-retryable reason is retried one job at a time, and the job
+        that fails alone is marked failed, so one bad job never blocks the journal.
+        """
+        jobs = self.pending()[:self.cfg.updates.max_batch_jobs]
+        if not jobs:
+            return None
+        self.journal.set_running([j.job_id for j in jobs])
+        try:
+            return self._apply(jobs)
+        except RETRYABLE:
+            self.state = None
+            raise
+        except Exception as exc:  # noqa: BLE001 - isolated below: the failing job is recorded, not lost
+            self.state = None
+            if len(jobs) == 1:
+                log.exception("journal job %s failed", jobs[0].job_id)
+                self.journal.mark_failed(jobs[0].job_id, f"{type(exc).__name__}: {exc}")
+                return None
+            return self._apply_one_by_one(jobs)
+        finally:
+            self.journal.set_running([])
+
+    def _apply_one_by_one(self, jobs: list[Job]) -> dict[str, Any] | None:
+        last = None
+        for job in jobs:
+            try:
+                last = self._apply([job])
+            except RETRYABLE:
+                self.state = None
+                raise
+            except Exception as exc:  # noqa: BLE001 - see step()
+                self.state = None
+                log.exception("journal job %s failed", job.job_id)
+                self.journal.mark_failed(job.job_id, f"{type(exc).__name__}: {exc}")
+        return last
+
+    def run_until_idle(self) -> list[dict[str, Any]]:
+        out = []
+        while (result := self.step()) is not None:
+            out.append(result)
+        return out
+
+    def _apply(self, jobs: list[Job]) -> dict[str, Any]:
+        state = self._load()
+        present = {d.id: d.text for d in state.docs}
+        batch = fold_jobs(jobs, set(present), present)
+        delta = self.applier.apply(state, batch)
+        version = self._publish(state, batch, delta)
+        self.applied_batches += 1
+        log.info("applied %d journal jobs as version %d: %s", len(jobs), version, delta.stats)
+        return {"version": version, "jobs": batch.job_ids, **delta.stats}
+
+    def _publish(self, state: IndexState, batch: Batch, delta: Delta) -> int:
+        collections: dict[str, str] = state.manifest["collections"]
+        with self.store.begin() as w:
+            for kind, (ids, vecs, layers) in delta.upserts.items():
+                if ids and kind in collections:
+                    self.vectors.upsert(collections[kind], ids, vecs, w.version, layers)
+            for kind in delta.upserts:
+                if kind in collections:
+                    self.vectors.persist(collections[kind])
+            _write_tables(w, state.docs, state.cols, state.kb, state.graph, state.hier, state.hyp,
+                          state.node_vecs)
+            stats = _stats(state.docs, state.cols, state.kb, state.graph, state.hier)
+            if self.store.current_version() != state.version:
+                raise StoreError(f"index version {self.store.current_version()} appeared while version "
+                                 f"{w.version} was being applied on {state.version} (a full `hygraph index`?)")
+            manifest = {k: v for k, v in state.manifest.items() if k not in ("version", "created")}
+            manifest.update(
+                counts=stats["counts"], stats=stats, journal_offset=batch.end_offset, base_version=state.version,
+                hierarchy=state.hier.manifest() if state.hier is not None else None,
+                update={**delta.stats, "jobs": batch.job_ids}, retired=delta.retired)
+            if state.hyp is not None:
+                manifest["hyperbolic"] = {**manifest["hyperbolic"], "M": state.hyp["M"]}
+            w.commit(manifest)
+            version = w.version
+        state.version, state.manifest = version, {**manifest, "version": version}
+        self._retire(collections, delta.retired)
+        self.store.gc(self.cfg.updates.keep_versions, self.cfg.updates.gc_grace_s)
+        return version
+
+    def _retire(self, collections: dict[str, str], retired: dict[str, list[str]]) -> None:
+        for kind, ids in retired.items():
+            if ids and kind in collections:
+                self.vectors.delete(collections[kind], ids)
+                self.vectors.persist(collections[kind])
+
+
+def updater_name(index_dir: str | Path) -> str:
+    return f"hygraph-updater-{SnapshotStore(index_dir).uid}"
+
+
+class OnlineUpdater:
+    """Ray actor: polls the journal every `updates.poll_s` and applies what is pending."""
+
+    def __init__(self, config: dict[str, Any], index_dir: str) -> None:
+        logging.basicConfig(level=logging.INFO)
+        self.cfg = HygraphConfig.model_validate(config)
+        self.updater = IndexUpdater(self.cfg, index_dir)
+        self.last_error: str | None = None
+        self.last_result: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        threading.Thread(target=self._loop, name="hygraph-updater", daemon=True).start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                result = self.updater.step()
+                self.last_error = None
+                if result is not None:
+                    self.last_result = result
+                    continue
+            except Exception as exc:  # noqa: BLE001 - retryable store/LLM failure: the jobs stay queued
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("update deferred: %s", self.last_error)
+                time.sleep(5 * self.cfg.updates.poll_s)
+            self._stop.wait(self.cfg.updates.poll_s)
+
+    def status(self) -> dict[str, Any]:
+        return {"pending": len(self.updater.pending()), "applied_batches": self.updater.applied_batches,
+                "last_result": self.last_result, "last_error": self.last_error}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def start_updater(cfg: HygraphConfig, index_dir: str | Path) -> Any:
+    """The index's OnlineUpdater actor: started if absent, restarted by Ray if its process dies."""
+    import ray
+
+    remote = ray.remote(num_cpus=cfg.updates.num_cpus, max_restarts=-1, max_concurrency=4)(OnlineUpdater)
+    return remote.options(name=updater_name(index_dir), namespace="hygraph", lifetime="detached",
+                          get_if_exists=True).remote(cfg.model_dump(), str(Path(index_dir).resolve()))
+
+
+def submit(cfg: HygraphConfig, index_dir: str | Path, op: str, payload: dict[str, Any],
+           wait_s: float = 3600.0) -> dict[str, Any]:
+    """`hygraph insert/delete`: journal the job, then apply it here, or wait for the running updater.
+
+    Returns the totals of the versions that applied it (with a server running, the batch that
+    carried the job may have carried others too).
+    """
+    import sys
+
+    store = SnapshotStore(index_dir)
+    store.open()  # a clear error when the directory holds no index
+    journal = Journal(index_dir)
+    job = journal.append(op, payload)  # type: ignore[arg-type]
+    try:
+        updater = IndexUpdater(cfg, index_dir)
+    except UpdaterBusy:
+        print(f"[hygraph] job {job.job_id} journaled; the running updater applies it", file=sys.stderr)
+        return _wait(store, journal, job, wait_s)
+    try:
+        results = updater.run_until_idle()
+    finally:
+        updater.close()
+    status, error = journal.status(job, int(store.open().manifest.get("journal_offset", 0)))
+    if status != "done":
+        raise StoreError(f"job {job.job_id} {status}: {error or 'not applied'}")
+    return _totals(results, store)
+
+
+def _wait(store: SnapshotStore, journal: Journal, job: Job, wait_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + wait_s
+    seen = store.current_version()
+    results = []
+    while time.monotonic() < deadline:
+        current = store.current_version()
+        if current != seen:
+            for v in range((seen or 0) + 1, (current or 0) + 1):
+                try:
+                    update = store.open(v).manifest.get("update")
+                except StoreError:
+                    continue  # already garbage-collected
+                if update:
+                    results.append({"version": v, **update})
+            seen = current
+        status, error = journal.status(job, int(store.open().manifest.get("journal_offset", 0)))
+        if status == "failed":
+            raise StoreError(f"job {job.job_id} failed: {error}")
+        if status == "done":
+            return _totals(results, store)
+        time.sleep(0.2)
+    raise StoreError(f"job {job.job_id} was not applied within {wait_s:.0f} s; it stays journaled "
+                     f"(GET /v1/jobs/{job.job_id})")
+
+
+def _totals(results: list[dict[str, Any]], store: SnapshotStore) -> dict[str, Any]:
+    calls: dict[str, int] = {}
+    for r in results:
+        for role, n in r.get("llm_calls", {}).items():
+            calls[role] = calls.get(role, 0) + n
+    total = {key: sum(r.get(key, 0) for r in results) for key in
+             ("documents_added", "documents_removed", "chunks_added", "chunks_removed", "summaries_rebuilt",
+              "nodes_touched")}
+    return {"version": store.current_version(), "documents": total["documents_added"],
+            "chunks": total["chunks_added"], "documents_removed": total["documents_removed"],
+            "chunks_removed": total["chunks_removed"], "summaries_rebuilt": total["summaries_rebuilt"],
+            "nodes_touched": total["nodes_touched"], "llm_calls": calls,
+            "seconds": round(sum(r.get("seconds", 0.0) for r in results), 3), "batches": len(results)}

@@ -1,0 +1,471 @@
+"""The Kubernetes deployment (k8s/, configs/k8s.yaml, configs/gpu.yaml) checked without a cluster.
+
+- kustomize renders the base and both overlays (`kustomize build`, or the kustomize built into
+  `kubectl kustomize`; the tests that need it skip, saying so, when neither is on PATH);
+- every core object, and every pod template inside the RayService, passes the Kubernetes JSON
+  schema (kubernetes-validate, bundled schemas, strict: unknown fields are errors);
+- the RayService has the fields KubeRay's ray.io/v1 API defines, in the shape it needs (the
+  KubeRay CRD schema itself is on no package registry, so it is not used here);
+- serveConfigV2 is a valid Serve config (ServeDeploySchema), generated from the profiles, and
+  its import paths resolve;
+- the index Job's command parses with hygraph's CLI; the PodMonitor finds the metrics ports;
+- every metric on the Grafana dashboard is one hygraph exports.
+
+Nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from packaging.specifiers import SpecifierSet
+from ray.serve.schema import ServeDeploySchema
+
+from hygraph.config import HygraphConfig, load_config
+from hygraph.errors import ConfigError
+from hygraph.serve.app import APP_NAME, IMPORT_PATH, LLM_APP_NAME, LLM_ROUTE, serve_config
+from hygraph.serve.http import api_keys
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "k8s"
+TARGETS = {"base": K8S / "base", "local": K8S / "overlays" / "local", "gpu": K8S / "overlays" / "gpu"}
+PROFILE = {"base": "k8s.yaml", "local": "k8s.yaml", "gpu": "gpu.yaml"}
+K8S_VERSION = "1.32"  # Kubernetes schema version the core objects are checked against
+CONFIG_MOUNT, INDEX_MOUNT = "/etc/hygraph", "/data/index"
+SECRET = "hygraph-secrets"
+
+# ray.io/v1 fields (KubeRay 1.7, ray-operator/apis/ray/v1): what the API server would prune.
+RAYSERVICE_SPEC = {"rayClusterDeletionDelaySeconds", "serviceUnhealthySecondThreshold",
+                   "deploymentUnhealthySecondThreshold", "serveService", "upgradeStrategy", "managedBy",
+                   "serveConfigV2", "rayClusterConfig", "excludeHeadPodFromServeSvc", "suspend"}
+RAYCLUSTER_SPEC = {"upgradeStrategy", "authOptions", "suspend", "managedBy", "autoscalerOptions",
+                   "headServiceAnnotations", "enableInTreeAutoscaling", "gcsFaultToleranceOptions",
+                   "historyServerOptions", "networkPolicy", "tlsOptions", "headGroupSpec", "rayVersion",
+                   "workerGroupSpecs"}
+HEAD_GROUP = {"template", "headService", "enableIngress", "resources", "labels", "rayStartParams",
+              "serviceType"}
+WORKER_GROUP = {"suspend", "groupName", "replicas", "minReplicas", "maxReplicas", "idleTimeoutSeconds",
+                "priority", "resources", "labels", "rayStartParams", "template", "scaleStrategy",
+                "numOfHosts"}
+AUTOSCALER_OPTIONS = {"resources", "image", "imagePullPolicy", "securityContext", "idleTimeoutSeconds",
+                      "upscalingMode", "version", "env", "envFrom", "volumeMounts"}
+UPGRADE_TYPES = {"NewCluster", "NewClusterWithIncrementalUpgrade", "None"}
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+def _kustomize_command() -> list[str] | None:
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    return None
+
+
+@lru_cache(maxsize=None)
+def rendered(target: str) -> tuple[dict[str, Any], ...]:
+    cmd = _kustomize_command()
+    if cmd is None:
+        pytest.skip("neither `kustomize` nor `kubectl` (with its built-in kustomize v5) is on PATH, so the "
+                    "manifests were not rendered; the python machine image has kubectl from apt")
+    out = subprocess.run([*cmd, str(TARGETS[target])], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"{' '.join(cmd)} {TARGETS[target]} failed:\n{out.stderr}"
+    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
+
+
+def one(target: str, kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in rendered(target) if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+    assert len(found) == 1, f"{target}: expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def profile(target: str) -> HygraphConfig:
+    return load_config(ROOT / "configs" / PROFILE[target], env={})
+
+
+def ray_groups(rs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    cluster = rs["spec"]["rayClusterConfig"]
+    return [("head", cluster["headGroupSpec"])] + [(g["groupName"], g) for g in cluster["workerGroupSpecs"]]
+
+
+def serve_doc(target: str) -> dict[str, Any]:
+    return yaml.safe_load(one(target, "RayService")["spec"]["serveConfigV2"])
+
+
+@lru_cache(maxsize=None)
+def generator_module() -> Any:
+    spec = importlib.util.spec_from_file_location("k8s_serve_configs", K8S / "serve_configs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---------------------------------------------------------------------------------------- profiles
+
+@pytest.mark.parametrize("name", ["k8s.yaml", "gpu.yaml"])
+def test_cluster_profiles_load_and_require_api_keys(name):
+    cfg = load_config(ROOT / "configs" / name, env={})
+    assert cfg.profile not in ("local", "")
+    assert cfg.ray.address == "auto" and cfg.index_dir == INDEX_MOUNT
+    assert cfg.vector_store.backend == "milvus" and cfg.vector_store.uri == "http://milvus:19530"
+    assert cfg.serve.host == "0.0.0.0" and cfg.serve.metrics_port == 8080
+    assert cfg.serve.api_keys == [] and cfg.serve.api_keys_env == "HYGRAPH_API_KEYS"
+    for dep in (cfg.serve.ingress, cfg.serve.embedder, cfg.serve.retriever, cfg.serve.generator):
+        assert dep.autoscaling is not None and dep.autoscaling.min_replicas >= 1
+        assert dep.autoscaling.max_replicas >= dep.autoscaling.min_replicas
+    with pytest.raises(ConfigError, match="serve.api_keys"):
+        api_keys(cfg.serve, cfg.profile, {})
+    assert api_keys(cfg.serve, cfg.profile, {"HYGRAPH_API_KEYS": "k1,k2"}) == {"k1", "k2"}
+    # the Secret's URI reaches the config through the documented override
+    moved = load_config(ROOT / "configs" / name, env={"HYGRAPH__VECTOR_STORE__URI": "http://m.milvus:19530"})
+    assert moved.vector_store.uri == "http://m.milvus:19530"
+
+
+def test_gpu_profile_puts_models_and_work_on_gpus():
+    cfg = load_config(ROOT / "configs" / "gpu.yaml", env={})
+    assert cfg.embedder.model == "/models/bge-m3"
+    assert cfg.embedder.num_gpus > 0 and cfg.serve.embedder.num_gpus > 0
+    assert cfg.llm.backend == "vllm" and cfg.llm.vllm_model_source == "meta-llama/Llama-3.1-8B-Instruct"
+    assert cfg.llm.base_url and cfg.llm.base_url.endswith(f"{LLM_ROUTE}/v1")
+    assert cfg.leiden.backend == "cugraph"
+    # `auto` becomes cuda in the processes Ray gives a GPU (see configs/gpu.yaml)
+    assert {cfg.embedder.device, cfg.cleora.device, cfg.hierarchy.device, cfg.hyperbolic.device} <= {"auto", "cuda"}
+    assert cfg.serve.retriever.num_gpus == 0  # retrievers stay on the CPU group
+
+
+# ---------------------------------------------------------------------------------------- rendering
+
+def test_generated_serve_configs_are_up_to_date():
+    mod = generator_module()
+    for target, path in mod.TARGETS.items():
+        assert path.read_text() == mod.text(target), \
+            f"{path.relative_to(ROOT)} is out of date: run `python k8s/serve_configs.py`"
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_renders_the_expected_objects(target):
+    objs = rendered(target)
+    kinds = sorted(d["kind"] for d in objs)
+    expected = ["ConfigMap", "ConfigMap", "CronJob", "Namespace", "PersistentVolumeClaim", "PodMonitor",
+                "RayService", "Service"]
+    if target == "gpu":
+        expected.append("PersistentVolumeClaim")
+    assert kinds == sorted(expected)
+    for d in objs:
+        if d["kind"] != "Namespace":
+            assert d["metadata"]["namespace"] == "hygraph"
+        assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "hygraph"
+        # the serve config's carrier ConfigMap is local to kustomize and never applied
+        assert d["metadata"]["name"] != "hygraph-serve-config"
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_core_objects_pass_the_kubernetes_schema(target):
+    checked = 0
+    for obj in rendered(target):
+        if obj["apiVersion"] in ("ray.io/v1", "monitoring.coreos.com/v1"):
+            continue
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        checked += 1
+    assert checked >= 5
+    # the RayService's pod templates are core PodTemplateSpecs: check them as such
+    for group, spec in ray_groups(one(target, "RayService")):
+        wrapper = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"hygraph-{group}"},
+                   "template": spec["template"]}
+        kubernetes_validate.validate(wrapper, K8S_VERSION, strict=True)
+
+
+def test_the_schema_check_catches_a_typo():
+    rs = one("base", "RayService")
+    bad = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
+           "template": copy.deepcopy(rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"])}
+    bad["template"]["spec"]["containers"][0]["volumeMount"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
+
+
+# ---------------------------------------------------------------------------------------- RayService
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_rayservice_has_kuberay_v1_shape(target):
+    rs = one(target, "RayService", "hygraph")
+    assert rs["apiVersion"] == "ray.io/v1"
+    spec = rs["spec"]
+    assert set(spec) <= RAYSERVICE_SPEC and {"serveConfigV2", "rayClusterConfig"} <= set(spec)
+    assert isinstance(spec["serveConfigV2"], str)
+    assert spec["upgradeStrategy"]["type"] in UPGRADE_TYPES
+    cluster = spec["rayClusterConfig"]
+    assert set(cluster) <= RAYCLUSTER_SPEC and "headGroupSpec" in cluster
+    assert cluster["enableInTreeAutoscaling"] is True
+    assert set(cluster["autoscalerOptions"]) <= AUTOSCALER_OPTIONS
+    assert cluster["autoscalerOptions"]["upscalingMode"] in ("Default", "Conservative", "Aggressive")
+    assert set(cluster["headGroupSpec"]) <= HEAD_GROUP
+    names = [g["groupName"] for g in cluster["workerGroupSpecs"]]
+    assert len(names) == len(set(names))
+    for g in cluster["workerGroupSpecs"]:
+        assert set(g) <= WORKER_GROUP and {"groupName", "rayStartParams", "template"} <= set(g)
+        assert 0 <= g["minReplicas"] <= g.get("replicas", g["minReplicas"]) <= g["maxReplicas"]
+    for group, g in ray_groups(rs):
+        params = g["rayStartParams"]
+        assert all(isinstance(v, str) for v in params.values()), f"{group}: rayStartParams values must be strings"
+        assert params["metrics-export-port"] == "8080"
+        [container] = g["template"]["spec"]["containers"]
+        assert {"name": "metrics", "containerPort": 8080} in container["ports"]
+    assert cluster["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
+    # the image's Ray is the one KubeRay is told about, and the package accepts it
+    dockerfile = (K8S / "image" / "Dockerfile").read_text()
+    ray_arg = re.search(r"^ARG RAY_VERSION=(\S+)$", dockerfile, re.M).group(1)
+    assert cluster["rayVersion"] == ray_arg
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    ray_spec = re.search(r'"ray\[[^\]]*\]([^"]+)"', pyproject).group(1)
+    assert ray_arg in SpecifierSet(ray_spec)
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_worker_groups_per_overlay(target):
+    rs = one(target, "RayService")
+    groups = {g["groupName"]: g for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    tag = "gpu" if target == "gpu" else "cpu"
+    for _, g in ray_groups(rs):
+        assert g["template"]["spec"]["containers"][0]["image"] == f"hygraph:{tag}"
+    assert "nvidia.com/gpu" not in json.dumps(groups["cpu"])
+    if target == "local":
+        assert set(groups) == {"cpu"}  # no GPU group at all
+        return
+    gpu = groups["gpu"]
+    assert gpu["minReplicas"] == 0
+    res = gpu["template"]["spec"]["containers"][0]["resources"]
+    assert int(res["limits"]["nvidia.com/gpu"]) >= 1
+    assert any(t.get("key") == "nvidia.com/gpu" for t in gpu["template"]["spec"].get("tolerations", []))
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_ray_pods_get_config_index_and_secrets(target):
+    cfg = profile(target)
+    rs = one(target, "RayService")
+    cm = one(target, "ConfigMap", next(d["metadata"]["name"] for d in rendered(target)
+                                       if d["metadata"]["name"].startswith("hygraph-config-")))
+    for name in ("k8s.yaml", "gpu.yaml"):
+        assert cm["data"][name] == (ROOT / "configs" / name).read_text()
+    pvc = one(target, "PersistentVolumeClaim", "hygraph-data")
+    assert pvc["spec"]["accessModes"] == (["ReadWriteOnce"] if target == "local" else ["ReadWriteMany"])
+    for group, g in ray_groups(rs):
+        pod = g["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        [container] = pod["containers"]
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        assert volumes[mounts[CONFIG_MOUNT]["name"]]["configMap"]["name"] == cm["metadata"]["name"], group
+        data = volumes[mounts[INDEX_MOUNT]["name"]]["persistentVolumeClaim"]["claimName"]
+        assert data == "hygraph-data", group
+        env = {e["name"]: e for e in container["env"]}
+        refs = {n: e["valueFrom"]["secretKeyRef"] for n, e in env.items() if "valueFrom" in e}
+        assert set(refs) == {"HYGRAPH__VECTOR_STORE__URI", cfg.vector_store.token_env, cfg.serve.api_keys_env}
+        assert all(r["name"] == SECRET for r in refs.values())
+        assert env["HF_HUB_OFFLINE"]["value"] == "1"
+        if target == "gpu":
+            assert mounts["/models"]["readOnly"] and env["HF_HOME"]["value"].startswith("/models/")
+            claim = volumes[mounts["/models"]["name"]]["persistentVolumeClaim"]["claimName"]
+            one(target, "PersistentVolumeClaim", claim)
+
+
+# ---------------------------------------------------------------------------------------- serveConfigV2
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_serve_config_v2_is_a_serve_config_for_this_profile(target):
+    doc = serve_doc(target)
+    schema = ServeDeploySchema.model_validate(doc)
+    apps = {a.name: a for a in schema.applications}
+    assert APP_NAME in apps
+    overrides = {"serve": generator_module().LOCAL_SERVE} if target == "local" else {}
+    cfg = load_config(ROOT / "configs" / PROFILE[target], env={}, **overrides)
+    want = serve_config(cfg, f"{CONFIG_MOUNT}/{PROFILE[target]}", INDEX_MOUNT)["applications"][0]
+    [got] = [a for a in doc["applications"] if a["name"] == APP_NAME]
+    assert got == want
+    assert doc["http_options"] == {"host": "0.0.0.0", "port": 8000}
+    # the app's import path resolves to the builder, its arguments to what the pods mount
+    module, attr = got["import_path"].split(":")
+    assert got["import_path"] == IMPORT_PATH and callable(getattr(importlib.import_module(module), attr))
+    assert got["args"]["config"] == f"{CONFIG_MOUNT}/{PROFILE[target]}"
+    assert got["args"]["index_dir"] == INDEX_MOUNT
+    replicas_cpus = sum(d["ray_actor_options"]["num_cpus"] * d["autoscaling_config"]["min_replicas"]
+                        for d in got["deployments"])
+    if target == "local":  # the minimum fits the local overlay's one 2-CPU worker
+        assert replicas_cpus <= 2
+    assert (LLM_APP_NAME in apps) == (target == "gpu")
+
+
+def test_gpu_serve_config_deploys_vllm_as_the_profile_says():
+    cfg = profile("gpu")
+    [app] = [a for a in serve_doc("gpu")["applications"] if a["name"] == LLM_APP_NAME]
+    assert app["route_prefix"] == LLM_ROUTE
+    module, attr = app["import_path"].split(":")
+    try:
+        builder = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:  # ray.serve.llm needs vLLM, which only the `gpu` extra installs
+        assert "vLLM" in str(exc)
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and f"def {attr}(" in Path(spec.origin).read_text()
+        llm_config = None
+    else:
+        assert callable(builder)
+        from ray.serve.llm import LLMConfig as llm_config
+    [llm] = app["args"]["llm_configs"]
+    assert llm["model_loading_config"] == {"model_id": cfg.llm.model, "model_source": cfg.llm.vllm_model_source}
+    assert llm["engine_kwargs"]["tensor_parallel_size"] == cfg.llm.vllm_tensor_parallel_size
+    if llm_config is not None:
+        llm_config.model_validate(llm)
+
+
+# ---------------------------------------------------------------------------------------- index Job
+
+def _job_command(target: str) -> tuple[dict[str, str], list[str]]:
+    cj = one(target, "CronJob", "hygraph-index")
+    assert cj["spec"]["suspend"] is True  # only ever run as `kubectl create job --from=cronjob/...`
+    [container] = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    script = container["args"][0]
+    submit = script[script.index("exec ray job submit"):]
+    words = shlex.split(re.sub(r"\\\n", " ", submit), posix=True)
+    words = [re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), m.group(0)), w) for w in words]
+    return env, words
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_index_job_submits_hygraph_index_to_the_cluster(target):
+    from hygraph.cli import _parser
+
+    env, words = _job_command(target)
+    # the dashboard Service selects the head pod's dashboard port (KubeRay's head-svc only
+    # exists once the Serve apps run, which needs an index first)
+    svc = one(target, "Service")
+    assert env["RAY_DASHBOARD"] == f"http://{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
+    head = one(target, "RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]
+    assert svc["spec"]["selector"].items() <= head["metadata"]["labels"].items()
+    assert {"name": svc["spec"]["ports"][0]["targetPort"], "containerPort": 8265} in head["spec"]["containers"][0]["ports"]
+    workers = one(target, "RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    assert all(not svc["spec"]["selector"].items() <= g["template"]["metadata"]["labels"].items() for g in workers)
+    assert env["HYGRAPH_CONFIG"] == f"{CONFIG_MOUNT}/{PROFILE[target]}"
+    assert env["INDEX_DIR"] == INDEX_MOUNT and env["CORPUS"].startswith("/data/corpus/")
+    assert words[:3] == ["exec", "ray", "job"] and "--entrypoint-num-gpus" in words
+    assert words[words.index("--entrypoint-num-gpus") + 1] == ("1" if target == "gpu" else "0")
+    runtime_env = json.loads(words[words.index("--runtime-env-json") + 1])
+    entry = words[words.index("--") + 1:]
+    assert entry[0] == "hygraph"
+    args = _parser().parse_args(entry[1:])
+    assert args.command == "index" and args.config == env["HYGRAPH_CONFIG"]
+    assert args.index_dir == INDEX_MOUNT and args.corpus == env["CORPUS"]
+    # the build-only overrides are valid keys of the profile
+    load_config(ROOT / "configs" / PROFILE[target], env=runtime_env.get("env_vars", {}))
+
+
+# ---------------------------------------------------------------------------------------- monitoring
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_podmonitor_scrapes_every_ray_pod(target):
+    pm = one(target, "PodMonitor", "hygraph-ray")
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    selector = pm["spec"]["selector"]["matchLabels"]
+    [endpoint] = pm["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    for group, g in ray_groups(one(target, "RayService")):
+        labels = g["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), group
+        assert any(p["name"] == endpoint["port"] for p in g["template"]["spec"]["containers"][0]["ports"])
+
+
+def _exported_metrics() -> tuple[set[str], set[str]]:
+    """(all names, histogram names) that hygraph/serve/metrics.py creates, plus the two on the way."""
+    src = (ROOT / "hygraph" / "serve" / "metrics.py").read_text()
+    names = set(re.findall(r'\.(?:Histogram|Counter|Gauge)\(\s*"(hygraph_\w+)"', src))
+    hist = set(re.findall(r'\.Histogram\(\s*"(hygraph_\w+)"', src))
+    assert {"hygraph_query_latency_ms", "hygraph_requests_total"} <= names  # the parse found them
+    # being added with live updates (issue 6): the ingest lag histogram and the updater counter
+    names |= {"hygraph_ingest_lag_seconds", "hygraph_updater_steps_total"}
+    hist |= {"hygraph_ingest_lag_seconds"}
+    return names, hist
+
+
+def test_grafana_dashboard_uses_only_exported_metrics():
+    path = K8S / "monitoring" / "grafana-dashboard.json"
+    dash = json.loads(path.read_text())
+    names, hist = _exported_metrics()
+    panels = [p for p in dash["panels"] if p["type"] != "row"]
+    used: set[str] = set()
+    exprs = []
+    for p in panels:
+        assert p["targets"], p["title"]
+        for t in p["targets"]:
+            exprs.append(t["expr"])
+            for full in re.findall(r"\bray_(hygraph_\w+)", t["expr"]):
+                base = re.sub(r"_(bucket|sum|count)$", "", full)
+                if base != full:
+                    assert base in hist, f"{p['title']}: {full} but {base} is not a histogram"
+                assert base in names, f"{p['title']}: {full} is not exported by hygraph/serve/metrics.py"
+                used.add(base)
+    assert used >= {"hygraph_query_latency_ms", "hygraph_requests_total", "hygraph_errors_total",
+                    "hygraph_ingest_lag_seconds", "hygraph_index_version", "hygraph_updater_steps_total",
+                    "hygraph_llm_calls_total", "hygraph_llm_tokens_total", "hygraph_embed_batch_size"}
+    text = "\n".join(exprs)
+    for q in ("0.5", "0.95", "0.99"):
+        for by in ("mode", "stage"):
+            assert f"histogram_quantile({q}, sum by (le, {by}) (rate(ray_hygraph_query_latency_ms_bucket" in text
+    assert "sum by (status" in text and "sum by (kind) (rate(ray_hygraph_updater_steps_total" in text
+    assert "sum by (role) (rate(ray_hygraph_llm_calls_total" in text
+    assert "sum by (role, direction) (rate(ray_hygraph_llm_tokens_total" in text
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_grafana_dashboard_ships_as_a_configmap(target):
+    [cm] = [d for d in rendered(target) if d["metadata"]["name"].startswith("hygraph-grafana-dashboard")]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["hygraph.json"]) == json.loads((K8S / "monitoring" / "grafana-dashboard.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------- Milvus, image
+
+def test_milvus_values_match_the_profiles_uri():
+    standalone = yaml.safe_load((K8S / "milvus" / "values-standalone.yaml").read_text())
+    cluster = yaml.safe_load((K8S / "milvus" / "values-cluster.yaml").read_text())
+    assert standalone["cluster"]["enabled"] is False and cluster["cluster"]["enabled"] is True
+    for name in ("k8s.yaml", "gpu.yaml"):
+        uri = load_config(ROOT / "configs" / name, env={}).vector_store.uri
+        for values in (standalone, cluster):
+            service = values["fullnameOverride"]
+            port = values.get("service", {}).get("port", 19530)
+            assert uri == f"http://{service}:{port}"
+            assert "authorizationEnabled: true" in values["extraConfigFiles"]["user.yaml"]
+
+
+def test_image_builds_cpu_and_gpu_variants_offline_at_run_time():
+    text = (K8S / "image" / "Dockerfile").read_text()
+    assert re.search(r"^FROM rayproject/ray:\$\{RAY_VERSION\}-py311-\$\{BASE_SUFFIX\}$", text, re.M)
+    assert re.search(r"^ARG VARIANT=cpu$", text, re.M) and re.search(r"^ARG BASE_SUFFIX=\$\{VARIANT\}$", text, re.M)
+    assert "HF_HUB_OFFLINE=1" in text
+    torch_pin = re.search(r'"torch==([^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert f"ARG TORCH_VERSION={torch_pin}" in text and "download.pytorch.org/whl/cpu" in text
+    assert '".[gpu]"' in text and "pip install ." in text
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", "runs", ".git"} <= set(ignored)
+    for copied in re.findall(r"^COPY --chown=\S+ (.+) \S+$", text, re.M):
+        for src in copied.split():
+            assert (ROOT / src).exists() and src not in ignored, src
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
