@@ -144,7 +144,9 @@ class IndexUpdater:
         version = self._publish(state, batch, delta)
         self.applied_batches += 1
         log.info("applied %d journal jobs as version %d: %s", len(jobs), version, delta.stats)
-        return {"version": version, "jobs": batch.job_ids, **delta.stats}
+        now = time.time()
+        return {"version": version, "jobs": batch.job_ids, "lag_s": [now - j.accepted_at for j in jobs],
+                **delta.stats}
 
     def _publish(self, state: IndexState, batch: Batch, delta: Delta) -> int:
         collections: dict[str, str] = state.manifest["collections"]
@@ -195,6 +197,13 @@ class OnlineUpdater:
         self.updater = IndexUpdater(self.cfg, index_dir)
         self.last_error: str | None = None
         self.last_result: dict[str, Any] | None = None
+        from ray.util import metrics
+
+        self.steps = metrics.Counter("hygraph_updater_steps_total", "Updater steps by outcome "
+                                     "(applied, deferred).", tag_keys=("kind",))
+        self.lag = metrics.Histogram("hygraph_ingest_lag_seconds", "Seconds from a write's 202 to the "
+                                     "version that applies it.", boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
+        self.version = metrics.Gauge("hygraph_updater_version", "Last index version the updater published.")
         self._stop = threading.Event()
         threading.Thread(target=self._loop, name="hygraph-updater", daemon=True).start()
 
@@ -205,9 +214,14 @@ class OnlineUpdater:
                 self.last_error = None
                 if result is not None:
                     self.last_result = result
+                    self.steps.inc(tags={"kind": "applied"})
+                    self.version.set(result["version"])
+                    for lag in result["lag_s"]:
+                        self.lag.observe(lag)
                     continue
             except Exception as exc:  # noqa: BLE001 - retryable store/LLM failure: the jobs stay queued
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                self.steps.inc(tags={"kind": "deferred"})
                 log.warning("update deferred: %s", self.last_error)
                 time.sleep(5 * self.cfg.updates.poll_s)
             self._stop.wait(self.cfg.updates.poll_s)
@@ -295,3 +309,13 @@ def _totals(results: list[dict[str, Any]], store: SnapshotStore) -> dict[str, An
             "chunks_removed": total["chunks_removed"], "summaries_rebuilt": total["summaries_rebuilt"],
             "nodes_touched": total["nodes_touched"], "llm_calls": calls,
             "seconds": round(sum(r.get("seconds", 0.0) for r in results), 3), "batches": len(results)}
+
+
+def stop_updater(index_dir: str | Path) -> None:
+    """Kill the index's updater actor (its journal stays; the next start replays what is pending)."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(updater_name(index_dir), namespace="hygraph"), no_restart=True)
+    except ValueError:
+        pass  # not running

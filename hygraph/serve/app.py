@@ -70,8 +70,12 @@ def llm_app(cfg: HygraphConfig) -> Application | None:
 
 def app_builder(args: dict[str, Any]) -> Application:
     """Serve's application builder: `args` = {"config": YAML path or null, "index_dir": path}."""
+    from hygraph.cluster.updater import start_updater
+
     cfg = load_config(args.get("config"))
-    return build_app(cfg, args.get("index_dir") or cfg.index_dir)
+    index_dir = args.get("index_dir") or cfg.index_dir
+    start_updater(cfg, index_dir)  # detached: it outlives this build task, one per index
+    return build_app(cfg, index_dir)
 
 
 def serve_config(cfg: HygraphConfig, config_path: str | None, index_dir: str) -> dict[str, Any]:

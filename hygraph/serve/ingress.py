@@ -237,9 +237,13 @@ class Ingress:
             if job is None:
                 raise ApiError(404, "not_found", f"job_id: no job {job_id}")
             snap = await asyncio.to_thread(self.store.open)
-            done = snap.manifest.get("journal_offset", 0) >= job.end_offset
-            return JSONResponse({"job_id": job_id, "op": job.op, "status": "done" if done else "queued",
-                                 "index_version": snap.manifest["version"] if done else None})
+            status, error = await asyncio.to_thread(self.journal.status, job,
+                                                    int(snap.manifest.get("journal_offset", 0)))
+            body = {"job_id": job_id, "op": job.op, "status": status,
+                    "index_version": snap.manifest["version"] if status == "done" else None}
+            if error:
+                body["error"] = error
+            return JSONResponse(body)
         return await self._guard(request, "jobs", work)
 
     @api.get("/healthz")

@@ -10,6 +10,7 @@ from typing import Any
 
 from hygraph.backends import vectorstore
 from hygraph.cluster.runtime import init_ray
+from hygraph.cluster.updater import start_updater, stop_updater
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
 from hygraph.indexing.build import ensure_demo_index
@@ -46,6 +47,9 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
             serve.run(vllm, name=LLM_APP_NAME, route_prefix=LLM_ROUTE)
         _say(f"deploying {APP_NAME} on index {index_dir} (first start loads models: about a minute)")
         serve.run(build_app(cfg, index_dir), name=APP_NAME, route_prefix="/")
+        _say("starting the OnlineUpdater (applies journaled inserts and deletes)")
+        updater = start_updater(cfg, index_dir)
+        ray.get(updater.status.remote())
         url = f"http://{host}:{port}"
         _say(f"serving at {url}  (OpenAPI: {url}/docs, metrics: http://127.0.0.1:{cfg.serve.metrics_port}/metrics)")
         _say(f"try: curl -s {url}/v1/query -H 'Content-Type: application/json' "
@@ -60,6 +64,7 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
     finally:
         if ray.is_initialized():
             try:
+                stop_updater(index_dir)
                 serve.shutdown()
             finally:
                 ray.shutdown()

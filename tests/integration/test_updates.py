@@ -1,0 +1,122 @@
+"""Live updates without a server: `hygraph insert/delete` apply journal jobs in this process
+(Milvus Lite server, bundled model); a killed updater loses and duplicates nothing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hygraph.engine import MODES
+from hygraph.store.journal import Journal
+from hygraph.store.snapshot import SnapshotStore
+from tests.integration.conftest import DATA, HYGRAPH, cli_env, last_json, run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def _new_docs(index_dir: Path, n: int, skip: int = 0) -> list[dict]:
+    """Corpus documents the index does not hold yet."""
+    have = set(SnapshotStore(index_dir).open().table("documents").column("id").to_pylist())
+    rows = [json.loads(line) for line in (DATA / "hotpotqa_train100.corpus.jsonl").open()]
+    return [r for r in rows if r["id"] not in have][skip:skip + n]
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _summaries(index_dir: Path, version: int) -> dict[str, str]:
+    t = SnapshotStore(index_dir).open(version).table("summaries").to_pydict()
+    return dict(zip(t["id"], t["text"]))
+
+
+def _doc_ids(index_dir: Path) -> list[str]:
+    return SnapshotStore(index_dir).open().table("documents").column("id").to_pylist()
+
+
+def test_insert_then_delete_touch_only_what_changed(built_index, tmp_path):
+    index_dir, _ = built_index
+    docs = _new_docs(index_dir, 2)
+    before = SnapshotStore(index_dir).current_version()
+    out = last_json(run_cli("insert", "--index-dir", str(index_dir), "--corpus", str(_write(tmp_path / "a.jsonl", docs))))
+    assert out["version"] == before + 1 and out["documents"] == 2 and out["chunks"] >= 2
+    assert {"seconds", "llm_calls", "summaries_rebuilt"} <= out.keys()
+    assert out["llm_calls"]["extract"] == out["chunks"]
+    assert out["llm_calls"]["summarize"] == out["summaries_rebuilt"] > 0
+    old, new = _summaries(index_dir, before), _summaries(index_dir, out["version"])
+    # Ids are never reused for other text: a kept id is an unchanged summary, reused as it was.
+    assert all(old[i] == new[i] for i in old.keys() & new.keys())
+    assert len(new.keys() - old.keys()) == out["summaries_rebuilt"] < len(old)
+    for doc in docs:
+        hit = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "dense", doc["title"]))
+        assert hit["index_version"] == out["version"] and hit["passages"][0]["id"] == doc["id"]
+
+    gone = docs[0]
+    deleted = last_json(run_cli("delete", "--index-dir", str(index_dir), "--ids", f"{gone['id']},no-such-doc"))
+    assert deleted["version"] == out["version"] + 1 and deleted["documents_removed"] == 1
+    assert gone["id"] not in _doc_ids(index_dir) and docs[1]["id"] in _doc_ids(index_dir)
+    after = _summaries(index_dir, deleted["version"])
+    assert all(new[i] == after[i] for i in new.keys() & after.keys())
+    sentence = gone["text"][:60]
+    for mode in MODES:
+        res = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", mode, gone["title"]))
+        assert gone["id"] not in [p["id"] for p in res["passages"]], mode
+        assert sentence not in json.dumps(res["context"]), mode
+
+
+def test_bad_insert_input_exits_2_and_journals_nothing(built_index, tmp_path):
+    index_dir, _ = built_index
+    journal = Journal(index_dir).path
+    size = journal.stat().st_size if journal.is_file() else 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x", "text": "fine"}\n{"id": "y"}\n')
+    proc = run_cli("insert", "--index-dir", str(index_dir), "--corpus", str(bad))
+    assert proc.returncode == 2 and ":2: missing field 'text'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (journal.stat().st_size if journal.is_file() else 0) == size
+    proc = run_cli("delete", "--index-dir", str(index_dir), "--ids", " , ")
+    assert proc.returncode == 2 and "--ids" in proc.stderr
+
+
+def test_a_killed_updater_applies_every_document_exactly_once(built_index, tmp_path):
+    """Two jobs are journaled (as the HTTP API does), then `hygraph insert` of a third starts
+    applying all three and is killed with SIGKILL while it publishes the version. The next
+    run replays the journal: every acknowledged document is present, once."""
+    index_dir, _ = built_index
+    docs = _new_docs(index_dir, 3, skip=5)
+    journal = Journal(index_dir)
+    for doc in docs[:2]:
+        journal.append("insert", {"documents": [{**doc, "metadata": {}}]})
+    start = SnapshotStore(index_dir).current_version()
+    third = _write(tmp_path / "third.jsonl", docs[2:])
+    proc = subprocess.Popen([*HYGRAPH, "insert", "--index-dir", str(index_dir), "--corpus", str(third)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env())
+    versions = index_dir / "versions"
+    deadline = time.monotonic() + 300
+    while not any(p.name.startswith(".tmp-") for p in versions.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the insert never started publishing"
+        time.sleep(0.005)
+    # The version directory exists from the start of publishing; vector writes come first.
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    assert SnapshotStore(index_dir).current_version() == start, "the killed apply must publish nothing"
+
+    out = last_json(run_cli("insert", "--index-dir", str(index_dir), "--corpus", str(third)))
+    ids = _doc_ids(index_dir)
+    assert len(ids) == len(set(ids))
+    assert {d["id"] for d in docs} <= set(ids)
+    chunks = SnapshotStore(index_dir).open().table("chunks").column("id").to_pylist()
+    assert len(chunks) == len(set(chunks))
+    offset = SnapshotStore(index_dir).open().manifest["journal_offset"]
+    assert all(Journal(index_dir).status(job, offset)[0] == "done" for job in Journal(index_dir).jobs())
+    assert out["version"] > start
+    for doc in docs:
+        hit = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "dense", doc["title"]))
+        ranked = [p["id"] for p in hit["passages"]]
+        assert ranked[0] == doc["id"] and ranked.count(doc["id"]) == 1
