@@ -151,15 +151,13 @@ class IndexingConfig(Section):
 
 
 class UpdatesConfig(Section):
-    """The OnlineUpdater (ARCHITECTURE.md §7): journal batches, version retention, online learning."""
+    """The OnlineUpdater (ARCHITECTURE.md §7): journal batches, version retention, Leiden attachment."""
 
     poll_s: float = Field(0.5, gt=0)  # how often the updater looks for new journal jobs
     max_batch_jobs: int = Field(64, ge=1)  # journal jobs applied together into one version
     keep_versions: int = Field(3, ge=1)  # snapshot versions kept besides CURRENT...
     gc_grace_s: float = Field(300.0, ge=0)  # ...and any version younger than this
     tau_attach: float = Field(0.65, ge=-1, le=1)  # HyGRAG §3.4 attachment threshold (Leiden)
-    hyperbolic_steps: int = Field(10, ge=0)  # HyperRAG L_inc steps per query subgraph
-    recalibrate_every: int = Field(100, ge=1)  # query subgraphs between full hyperbolic retrains
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
 
 

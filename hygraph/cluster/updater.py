@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -138,8 +139,7 @@ class IndexUpdater:
 
     def _apply(self, jobs: list[Job]) -> dict[str, Any]:
         state = self._load()
-        present = {d.id: d.text for d in state.docs}
-        batch = fold_jobs(jobs, set(present), present)
+        batch = fold_jobs(jobs, {d.id: d.text for d in state.docs})
         delta = self.applier.apply(state, batch)
         version = self._publish(state, batch, delta)
         self.applied_batches += 1
@@ -250,8 +250,6 @@ def submit(cfg: HygraphConfig, index_dir: str | Path, op: str, payload: dict[str
     Returns the totals of the versions that applied it (with a server running, the batch that
     carried the job may have carried others too).
     """
-    import sys
-
     store = SnapshotStore(index_dir)
     store.open()  # a clear error when the directory holds no index
     journal = Journal(index_dir)

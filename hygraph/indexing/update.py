@@ -30,9 +30,6 @@ from hygraph.indexing.state import IndexState
 from hygraph.model import Document, Entity
 from hygraph.store.journal import Job
 
-# Vector kinds whose rows are keyed by chunk id.
-CHUNK_KINDS = ("chunks", "hyperbolic")
-
 
 @dataclass
 class Batch:
@@ -44,12 +41,9 @@ class Batch:
     job_ids: list[str] = field(default_factory=list)
 
 
-def fold_jobs(jobs: Sequence[Job], present: set[str], known: dict[str, str]) -> Batch:
-    """Replay jobs in order over the documents present: re-sent identical documents are no-ops, a new
-    text under an existing id replaces it, a delete of an absent id does nothing.
-
-    `known` maps present document ids to their text, to tell a re-send from a replacement.
-    """
+def fold_jobs(jobs: Sequence[Job], present: Mapping[str, str]) -> Batch:
+    """Replay jobs in order over the documents present (id -> text): a re-sent identical document is
+    a no-op, a new text under an existing id replaces it, a delete of an absent id does nothing."""
     batch = Batch()
     live = {d: True for d in present}
     for job in jobs:
@@ -58,7 +52,7 @@ def fold_jobs(jobs: Sequence[Job], present: set[str], known: dict[str, str]) -> 
         if job.op == "insert":
             for row in job.payload["documents"]:
                 doc = Document(row["id"], row["text"], row.get("title", ""), row.get("metadata") or {})
-                if live.get(doc.id) and batch.add.get(doc.id, None) is None and known.get(doc.id) == doc.text:
+                if live.get(doc.id) and doc.id not in batch.add and present.get(doc.id) == doc.text:
                     continue
                 if live.get(doc.id) and doc.id in present:
                     batch.remove.add(doc.id)
@@ -102,7 +96,8 @@ class Applier:
                    else np.zeros((0, state.cols["embedding"].shape[1]), np.float32))
 
         old = _snapshot_ids(state)
-        keep = np.array([c not in set(removed_chunks) for c in state.cols["id"]], dtype=bool)
+        gone = set(removed_chunks)
+        keep = np.array([c not in gone for c in state.cols["id"]], dtype=bool)
         state.docs = [d for d in state.docs if d.id not in batch.remove] + new_docs
         for k in CHUNK_COLS:
             state.cols[k] = [v for v, kept in zip(state.cols[k], keep) if kept]
@@ -125,8 +120,6 @@ class Applier:
             gone = sorted(old[kind] - new[kind])
             if gone:
                 delta.retired.setdefault(kind, []).extend(gone)
-        delta.retired.setdefault("hyperbolic", []).extend(
-            c for c in delta.retired.get("chunks", []) if state.hyp is not None)
         calls = {role: u.calls - before.get(role, 0) for role, u in self.llm.usage.roles.items()
                  if u.calls - before.get(role, 0)}
         delta.stats = {"documents_added": len(new_docs), "documents_removed": len(batch.remove),
@@ -283,4 +276,6 @@ def _snapshot_ids(state: IndexState) -> dict[str, set[str]]:
         out["hyperedges"] = set(state.graph.hyperedge_ids)
     if state.hier is not None:
         out["summaries"] = set(state.hier.ids)
+    if state.hyp is not None:
+        out["hyperbolic"] = out["chunks"]
     return out
