@@ -151,7 +151,8 @@ class IndexingConfig(Section):
 
 
 class UpdatesConfig(Section):
-    """The OnlineUpdater (ARCHITECTURE.md §7): journal batches, version retention, Leiden attachment."""
+    """The OnlineUpdater (ARCHITECTURE.md §7): journal batches, version retention, Leiden attachment,
+    hyperbolic online learning."""
 
     poll_s: float = Field(0.5, gt=0)  # how often the updater looks for new journal jobs
     max_batch_jobs: int = Field(64, ge=1)  # journal jobs applied together into one version
@@ -159,6 +160,12 @@ class UpdatesConfig(Section):
     gc_grace_s: float = Field(300.0, ge=0)  # ...and any version younger than this
     tau_attach: float = Field(0.65, ge=-1, le=1)  # HyGRAG §3.4 attachment threshold (Leiden)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
+    # HyperRAG §3.3: hyperbolic-mode queries refine the points online; a full retrain every N queries
+    online_learning: bool = True
+    online_steps: int = Field(10, ge=1)  # L_inc steps per query subgraph
+    recalibrate_every: int = Field(100, ge=1)  # queries between global recalibrations
+    online_queue: int = Field(1000, ge=1)  # subgraphs waiting for a step; the oldest is dropped when full
+    max_implicit_subgraphs: int = Field(10000, ge=1)  # kept for recalibration; the oldest is forgotten
 
 
 class AutoscalingConfig(Section):

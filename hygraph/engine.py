@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from hygraph.backends.embedder import Embedder, make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import LLM
 from hygraph.config import HygraphConfig, RetrievalConfig
+from hygraph.core.hyperbolic import from_storage
 from hygraph.core.prompt import NumberedItem, PromptItem, assemble_prompt
 from hygraph.core.retrieval.collapsed import collapsed
 from hygraph.core.retrieval.context import Context, Search
@@ -27,7 +28,7 @@ from hygraph.core.retrieval.hybrid import hybrid
 from hygraph.core.retrieval.hyperbolic import hyperbolic
 from hygraph.core.retrieval.hypergraph import hypergraph
 from hygraph.core.retrieval.local_global import auto, global_, local
-from hygraph.core.retrieval.view import IndexView
+from hygraph.core.retrieval.view import IndexView, Points
 from hygraph.errors import InputError
 from hygraph.model import Chunk
 from hygraph.store.snapshot import Snapshot, SnapshotStore
@@ -89,6 +90,13 @@ class QueryEngine:
 
         return search
 
+    def _points(self, loaded: Loaded) -> Points:
+        """Poincaré points from the hyperbolic collection, which the online learner updates in place."""
+        def points(chunk_ids: Sequence[str]) -> np.ndarray:
+            return from_storage(self.vectors.fetch(loaded.collections["hyperbolic"], chunk_ids))
+
+        return points
+
     def _question_entities(self, question: str) -> list[str]:
         """The `extract` role on the question: its entity surface forms."""
         [ex] = self.llm.extract([Chunk(id="query", doc_id="query", ordinal=0, text=question, n_tokens=0)])
@@ -115,7 +123,8 @@ class QueryEngine:
             return hypergraph(question, query_vec, k, v, search, self.embedder.encode, self._question_entities,
                               k_v=r.k_v, tau_v=r.tau_v, k_h=r.k_h, tau_h=r.tau_h)
         if mode == "hyperbolic":
-            return hyperbolic(question, query_vec, k, v, search, self.embedder.encode, self.llm.decompose)
+            return hyperbolic(question, query_vec, k, v, search, self.embedder.encode, self.llm.decompose,
+                              self._points(loaded))
         if mode == "local":
             return local(question, query_vec, k, v, search, self._question_entities)
         if mode == "global":

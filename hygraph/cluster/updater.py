@@ -13,6 +13,11 @@ updater replays them; ids are content-derived, so replaying upserts the same row
 between 2 and 3 leaves rows no version knows; the next start deletes them again from the
 current manifest's `retired` list. Hence every acknowledged job is applied exactly once.
 
+It also runs HyperRAG's online learning (indexing/online.py): L_inc steps for the subgraphs
+that `hyperbolic` queries send, upserted into the current hyperbolic collection (readers take
+points from it), and every `updates.recalibrate_every` queries a retrain in a background thread,
+published as a new version with its own hyperbolic collection. Document jobs go first.
+
 `OnlineUpdater` is the named, detached Ray actor around it that `hygraph serve` starts; an
 updater file lock keeps a second writer (another actor, a CLI insert) out.
 """
@@ -28,14 +33,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hygraph.backends import resolve_device, vectorstore
 from hygraph.backends.embedder import make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.config import HygraphConfig
 from hygraph.errors import BackendError, StoreError, StoreUnavailable
 from hygraph.indexing.build import _stats, _write_tables
+from hygraph.indexing.online import OnlineLearner, Recalibration, install, observation, retrain
 from hygraph.indexing.state import IndexState, load_state
-from hygraph.indexing.update import Applier, Batch, Delta, fold_jobs
+from hygraph.indexing.update import Applier, Delta, fold_jobs
 from hygraph.store.journal import Job, Journal
 from hygraph.store.snapshot import SnapshotStore
 
@@ -60,6 +68,12 @@ class IndexUpdater:
         self.applier = Applier(cfg, make_embedder(cfg.embedder), self.llm, resolve_device(cfg.hierarchy.device))
         self.state: IndexState | None = None
         self.applied_batches = 0
+        self.learner = OnlineLearner(cfg.hyperbolic, cfg.updates)
+        self.recalibrations = 0
+        self._hyp_device = resolve_device(cfg.hyperbolic.device)
+        self._recal: threading.Thread | None = None
+        self._recal_done: tuple[Recalibration, np.ndarray, float] | None = None
+        self._recal_requested = False
         self._reconcile()
 
     def _take_lock(self) -> int:
@@ -141,16 +155,39 @@ class IndexUpdater:
         state = self._load()
         batch = fold_jobs(jobs, {d.id: d.text for d in state.docs})
         delta = self.applier.apply(state, batch)
-        version = self._publish(state, batch, delta)
+        version = self._publish(state, delta, batch.end_offset, {**delta.stats, "jobs": batch.job_ids})
         self.applied_batches += 1
         log.info("applied %d journal jobs as version %d: %s", len(jobs), version, delta.stats)
         now = time.time()
         return {"version": version, "jobs": batch.job_ids, "lag_s": [now - j.accepted_at for j in jobs],
                 **delta.stats}
 
-    def _publish(self, state: IndexState, batch: Batch, delta: Delta) -> int:
-        collections: dict[str, str] = state.manifest["collections"]
+    def _publish(self, state: IndexState, delta: Delta, journal_offset: int, update: dict[str, Any],
+                 hyperbolic_rebuild: np.ndarray | None = None) -> int:
+        """Steps 1-3 of the module docstring. `hyperbolic_rebuild` (storage vectors of every chunk, a
+        recalibration) goes into a new collection that only the new version names."""
+        collections: dict[str, str] = dict(state.manifest["collections"])
+        try:
+            version = self._commit(state, delta, journal_offset, update, hyperbolic_rebuild, collections)
+        except BaseException:
+            rebuilt = collections.get("hyperbolic")
+            if rebuilt != state.manifest["collections"].get("hyperbolic") and \
+                    rebuilt != self.store.open().manifest["collections"].get("hyperbolic"):
+                self.vectors.drop(rebuilt)  # its version never landed: nobody names it
+            raise
+        self._retire(collections, delta.retired)
+        self._gc()
+        return version
+
+    def _commit(self, state: IndexState, delta: Delta, journal_offset: int, update: dict[str, Any],
+                hyperbolic_rebuild: np.ndarray | None, collections: dict[str, str]) -> int:
         with self.store.begin() as w:
+            if hyperbolic_rebuild is not None:
+                rebuilt = self.store.collection(int(state.manifest["generation"]), "hyperbolic", w.version)
+                collections["hyperbolic"] = rebuilt
+                self.vectors.create(rebuilt, hyperbolic_rebuild.shape[1], "L2")
+                self.vectors.upsert(rebuilt, state.cols["id"], hyperbolic_rebuild, w.version)
+                self.vectors.seal(rebuilt)
             for kind, (ids, vecs, layers) in delta.upserts.items():
                 if ids and kind in collections:
                     self.vectors.upsert(collections[kind], ids, vecs, w.version, layers)
@@ -165,17 +202,102 @@ class IndexUpdater:
                                  f"{w.version} was being applied on {state.version} (a full `hygraph index`?)")
             manifest = {k: v for k, v in state.manifest.items() if k not in ("version", "created")}
             manifest.update(
-                counts=stats["counts"], stats=stats, journal_offset=batch.end_offset, base_version=state.version,
-                hierarchy=state.hier.manifest() if state.hier is not None else None,
-                update={**delta.stats, "jobs": batch.job_ids}, retired=delta.retired)
+                counts=stats["counts"], stats=stats, journal_offset=journal_offset, base_version=state.version,
+                hierarchy=state.hier.manifest() if state.hier is not None else None, collections=collections,
+                update=update, retired=delta.retired)
             if state.hyp is not None:
                 manifest["hyperbolic"] = {**manifest["hyperbolic"], "M": state.hyp["M"]}
             w.commit(manifest)
-            version = w.version
-        state.version, state.manifest = version, {**manifest, "version": version}
-        self._retire(collections, delta.retired)
-        self.store.gc(self.cfg.updates.keep_versions, self.cfg.updates.gc_grace_s)
-        return version
+        state.version, state.manifest = w.version, {**manifest, "version": w.version}
+        return w.version
+
+    def _gc(self) -> None:
+        """Old versions past `keep_versions` and the grace period, then the collections only they named
+        (a hyperbolic collection a recalibration replaced, a full rebuild's predecessor)."""
+        named = {v: self.store.open(v).manifest["collections"] for v in self.store.versions()}
+        removed = set(self.store.gc(self.cfg.updates.keep_versions, self.cfg.updates.gc_grace_s))
+        in_use = {name for v, cols in named.items() if v not in removed for name in cols.values()}
+        for v in removed:
+            for name in set(named[v].values()) - in_use:
+                self.vectors.drop(name)
+
+    # ------------------------------------------------------------ HyperRAG §3.3 online learning
+
+    def observe(self, subgraph: dict[str, Any], query_vec: Any) -> None:
+        """Queue one `hyperbolic` query's implicit subgraph (notes["implicit_subgraph"]) for an L_inc step."""
+        self.learner.observe(observation(subgraph, query_vec))
+
+    def learn(self, max_steps: int) -> list[float]:
+        """L_inc steps for up to `max_steps` queued subgraphs, moved points upserted into the current
+        version's hyperbolic collection. Returns each step's seconds (the step alone, not the upsert)."""
+        if not self.learner.pending:
+            return []
+        state = self._load()
+        if state.hyp is None:
+            self.learner.pending.clear()
+            return []
+        name = state.manifest["collections"]["hyperbolic"]
+        seconds = []
+        while self.learner.pending and len(seconds) < max_steps:
+            t0 = time.perf_counter()
+            ids, vecs = self.learner.step(state)
+            seconds.append(time.perf_counter() - t0)
+            if ids:
+                self.vectors.upsert(name, ids, vecs, state.version)
+        self.vectors.persist(name)
+        return seconds
+
+    def request_recalibration(self) -> None:
+        self._recal_requested = True
+
+    @property
+    def recalibrating(self) -> bool:
+        return self._recal is not None
+
+    def recalibrate_step(self) -> dict[str, Any] | None:
+        """Start a due (or requested) retrain in a background thread, or publish a finished one.
+
+        Returns the published version's result; None while nothing was published.
+        """
+        if self._recal is not None:
+            if self._recal.is_alive():
+                return None
+            self._recal.join()
+            self._recal, done, self._recal_done = None, self._recal_done, None
+            return self._publish_recalibration(*done) if done is not None else None
+        if not (self._recal_requested or self.learner.recalibration_due):
+            return None
+        self._recal_requested = False
+        state = self._load()
+        if state.hyp is None:
+            return None
+        job = self.learner.recalibration(state)
+        self._recal = threading.Thread(target=self._retrain, args=(job,), name="hygraph-recalibration", daemon=True)
+        self._recal.start()
+        return None
+
+    def _retrain(self, job: Recalibration) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._recal_done = (job, retrain(job, self.cfg.hyperbolic, self._hyp_device), time.perf_counter() - t0)
+        except Exception:  # noqa: BLE001 - the current points stay served; the next due retrain tries again
+            log.exception("hyperbolic recalibration failed")
+
+    def _publish_recalibration(self, job: Recalibration, points: np.ndarray, seconds: float) -> dict[str, Any]:
+        state = self._load()
+        t0 = time.perf_counter()
+        try:
+            storage = install(state, job.chunk_ids, points)
+            info = {"recalibration": {"subgraphs": len(job.observations), "train_seconds": round(seconds, 3),
+                                      "M": state.hyp["M"]}}
+            version = self._publish(state, Delta(), int(state.manifest.get("journal_offset", 0)), info, storage)
+        except Exception:
+            self.state = None  # `install` changed the points in memory: reload what is published
+            raise
+        self.recalibrations += 1
+        info["recalibration"]["publish_seconds"] = round(time.perf_counter() - t0, 3)
+        log.info("hyperbolic recalibration published as version %d: %s", version, info["recalibration"])
+        return {"version": version, **info}
 
     def _retire(self, collections: dict[str, str], retired: dict[str, list[str]]) -> None:
         for kind, ids in retired.items():
@@ -199,36 +321,74 @@ class OnlineUpdater:
         self.last_result: dict[str, Any] | None = None
         from ray.util import metrics
 
-        self.steps = metrics.Counter("hygraph_updater_steps_total", "Updater steps by outcome "
-                                     "(applied, deferred).", tag_keys=("kind",))
+        self.steps = metrics.Counter("hygraph_updater_steps_total", "Updater steps by outcome (applied, "
+                                     "deferred, online, recalibrated).", tag_keys=("kind",))
+        self.step_seconds = metrics.Histogram("hygraph_online_step_seconds", "Seconds of one L_inc step "
+                                              "(HyperRAG §3.3) for one query's subgraph.",
+                                              boundaries=[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5])
         self.lag = metrics.Histogram("hygraph_ingest_lag_seconds", "Seconds from a write's 202 to the "
                                      "version that applies it.", boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
         self.version = metrics.Gauge("hygraph_updater_version", "Last index version the updater published.")
         self._stop = threading.Event()
+        self._wake = threading.Event()
         threading.Thread(target=self._loop, name="hygraph-updater", daemon=True).start()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()
             try:
-                result = self.updater.step()
-                self.last_error = None
-                if result is not None:
-                    self.last_result = result
-                    self.steps.inc(tags={"kind": "applied"})
-                    self.version.set(result["version"])
-                    for lag in result["lag_s"]:
-                        self.lag.observe(lag)
+                if self._work():
                     continue
+                self.last_error = None
             except Exception as exc:  # noqa: BLE001 - retryable store/LLM failure: the jobs stay queued
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 self.steps.inc(tags={"kind": "deferred"})
                 log.warning("update deferred: %s", self.last_error)
                 time.sleep(5 * self.cfg.updates.poll_s)
-            self._stop.wait(self.cfg.updates.poll_s)
+            self._wake.wait(self.cfg.updates.poll_s)
+
+    def _work(self) -> bool:
+        """One round, journal first: a document batch, else a finished or due recalibration, else L_inc
+        steps. True when something was done (the loop goes on without waiting)."""
+        result = self.updater.step()
+        if result is not None:
+            self.last_result, self.last_error = result, None
+            self.steps.inc(tags={"kind": "applied"})
+            self.version.set(result["version"])
+            for lag in result["lag_s"]:
+                self.lag.observe(lag)
+            return True
+        recalibrated = self.updater.recalibrate_step()
+        if recalibrated is not None:
+            self.last_result = recalibrated
+            self.steps.inc(tags={"kind": "recalibrated"})
+            self.version.set(recalibrated["version"])
+            return True
+        seconds = self.updater.learn(max_steps=32) if self.cfg.updates.online_learning else []
+        for s in seconds:
+            self.steps.inc(tags={"kind": "online"})
+            self.step_seconds.observe(s)
+        return bool(seconds)
+
+    def observe(self, subgraph: dict[str, Any], query_vec: Any) -> None:
+        """Fire and forget from the Retriever: one `hyperbolic` query's implicit subgraph."""
+        if self.cfg.updates.online_learning:
+            self.updater.observe(subgraph, query_vec)
+            self._wake.set()
+
+    def recalibrate(self) -> None:
+        """On demand: retrain the hyperbolic embeddings now (in the background) instead of at the next N queries."""
+        self.updater.request_recalibration()
+        self._wake.set()
 
     def status(self) -> dict[str, Any]:
+        learner = self.updater.learner
         return {"pending": len(self.updater.pending()), "applied_batches": self.updater.applied_batches,
-                "last_result": self.last_result, "last_error": self.last_error}
+                "last_result": self.last_result, "last_error": self.last_error,
+                "online": {"steps": learner.steps, "queued": len(learner.pending), "dropped": learner.dropped,
+                           "since_recalibration": learner.since_recalibration,
+                           "recalibrating": self.updater.recalibrating,
+                           "recalibrations": self.updater.recalibrations}}
 
     def stop(self) -> None:
         self._stop.set()

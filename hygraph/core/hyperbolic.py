@@ -441,6 +441,29 @@ def storage_vectors(points: np.ndarray, m: float) -> np.ndarray:
     return np.concatenate([x, np.sqrt(m * m - sq)], axis=-1)
 
 
+def from_storage(vectors: np.ndarray) -> np.ndarray:
+    """Inverse of `storage_vectors` (ARCHITECTURE §5): p = x_1:n / (1 + x0) from the lifted part x of s."""
+    x = np.asarray(vectors, dtype=np.float64)[..., :-1]
+    return x[..., 1:] / (1.0 + x[..., :1])
+
+
+def fit_under_bound(points: np.ndarray, m: float) -> np.ndarray:
+    """Pull rows whose lift would exceed M back onto the largest radius that fits (§3.3 steps between recalibrations).
+
+    |lift(p)|^2 = (1 + 6s + s^2) / (1 - s)^2 with s = |p|^2 grows with s, so the bound is a radius:
+    the smaller root of (M^2 - 1) s^2 - (2 M^2 + 6) s + (M^2 - 1) = 0. A hair inside it, so the
+    lifted norm stays below M after rounding.
+    """
+    p = np.asarray(points, dtype=np.float64)
+    a, b = m * m - 1.0, 2.0 * m * m + 6.0
+    if a <= 0:
+        return np.zeros_like(p)
+    s_max = (b - np.sqrt(b * b - 4.0 * a * a)) / (2.0 * a)
+    r_max = np.sqrt(s_max) * (1.0 - 1e-9)
+    norms = np.linalg.norm(p, axis=-1, keepdims=True)
+    return np.where(norms > r_max, p * (r_max / np.maximum(norms, 1e-300)), p)
+
+
 def query_vector(point: np.ndarray) -> np.ndarray:
     """Query vector t(q) = (-y0, y_1:n, 0) with y = lorentz_lift(q), for one point (d,) or a batch (b, d)."""
     y = lorentz_lift(point)

@@ -20,11 +20,13 @@ from ray import serve
 from hygraph.backends.embedder import make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import Answer, ContextItem
+from hygraph.cluster.updater import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
 from hygraph.serve.metrics import EmbedderMetrics, IndexMetrics, LLMMetrics
 
 log = logging.getLogger("hygraph.serve")
+UPDATER_LOOKUP_S = 30.0  # how often a Retriever looks again for an updater that was not running
 
 
 @serve.deployment
@@ -56,6 +58,10 @@ class Retriever:
         self.index_metrics = IndexMetrics()
         self.index_metrics.version.set(self.engine.version)
         self._poll_s = cfg.serve.version_poll_s
+        self._learn = cfg.updates.online_learning and cfg.hyperbolic.enabled
+        self._updater_name = updater_name(index_dir)
+        self._updater: Any = None
+        self._updater_looked_up = -float("inf")
         # A daemon thread: it ends with the replica's process, whose exit also releases the
         # process's lease on the Milvus Lite server.
         threading.Thread(target=self._follow_current, name="hygraph-version-poll", daemon=True).start()
@@ -78,8 +84,25 @@ class Retriever:
         ctx = self.engine.retrieve(question, query_vec, mode, k, loaded)
         items = self.engine.prompt_items(question, ctx)
         self.llm_metrics.record(self.engine.llm.usage)
+        if mode == "hyperbolic" and self._learn:
+            self._send_to_learner(ctx.notes["implicit_subgraph"], query_vec)
         return {"context": ctx, "items": items, "version": loaded.view.version,
                 "seconds": time.perf_counter() - t0}
+
+    def _send_to_learner(self, subgraph: dict[str, Any], query_vec: np.ndarray) -> None:
+        """Fire and forget to the index's OnlineUpdater (HyperRAG §3.3): the query never waits on learning."""
+        import ray
+
+        if self._updater is None:
+            if time.monotonic() - self._updater_looked_up < UPDATER_LOOKUP_S:
+                return
+            self._updater_looked_up = time.monotonic()
+            try:
+                self._updater = ray.get_actor(self._updater_name, namespace="hygraph")
+            except ValueError:
+                log.info("no OnlineUpdater for this index: hyperbolic queries are not learned from")
+                return
+        self._updater.observe.remote(subgraph, query_vec)
 
     def version(self) -> int:
         return self.engine.version

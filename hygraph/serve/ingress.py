@@ -14,6 +14,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hygraph import __version__
+from hygraph.cluster.updater import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.core.retrieval.context import Context
 from hygraph.engine import check_request, result
@@ -71,6 +72,7 @@ class Ingress:
         self.store = SnapshotStore(index_dir)
         self.metrics = IngressMetrics()
         self.model_names = {"hygraph", self.store.root.resolve().name}
+        self.updater_name = updater_name(index_dir)
 
     # -- the pipeline shared by /v1/query and /v1/chat/completions ---------------------------
 
@@ -245,6 +247,31 @@ class Ingress:
                 body["error"] = error
             return JSONResponse(body)
         return await self._guard(request, "jobs", work)
+
+    def _updater(self) -> Any:
+        import ray
+
+        try:
+            return ray.get_actor(self.updater_name, namespace="hygraph")
+        except ValueError:
+            raise ApiError(503, "updater_unavailable", "the index's OnlineUpdater is not running",
+                           {"Retry-After": "5"}) from None
+
+    @api.get("/v1/updater")
+    async def updater_status(self, request: Request) -> Any:
+        async def work() -> Any:
+            check_key(request, self.keys, self.cfg.serve.require_key_for_reads)
+            return JSONResponse(await self._updater().status.remote())
+        return await self._guard(request, "updater", work)
+
+    @api.post("/v1/updater/recalibrate", status_code=202)
+    async def recalibrate(self, request: Request) -> Any:
+        """HyperRAG §3.3 on demand: retrain the hyperbolic embeddings in the background, then swap versions."""
+        async def work() -> Any:
+            check_key(request, self.keys, True)
+            await self._updater().recalibrate.remote()
+            return JSONResponse({"requested": True}, status_code=202)
+        return await self._guard(request, "updater", work)
 
     @api.get("/healthz")
     async def healthz(self) -> dict[str, str]:

@@ -200,8 +200,10 @@ class SnapshotStore:
             removed.append(v)
         return removed
 
-    def collection(self, generation: int, kind: str) -> str:
-        """Vector collection name: unique per index directory and full build (`generation`)."""
+    def collection(self, generation: int, kind: str, revision: int = 0) -> str:
+        """Vector collection name: unique per index directory, full build (`generation`) and rebuild of
+        one kind within it (`revision`, the version that introduced it: a hyperbolic recalibration).
+        The kind stays the last `_` field (Milvus rows are tagged with it)."""
         if self.uid is None:
             raise StoreError(f"{self.root} has no index.json")
-        return f"hg_{self.uid}_g{generation}_{kind}"
+        return f"hg_{self.uid}_g{generation}{f'r{revision}' if revision else ''}_{kind}"

@@ -56,7 +56,6 @@ def load_view(snap: Snapshot) -> IndexView:
         hyp = snap.manifest["hyperbolic"]
         view.hyper_chunk_ids = chunks["id"]
         view.hyper_row = {cid: i for i, cid in enumerate(chunks["id"])}
-        view.hyper_points = np.asarray(snap.array("hyperbolic_points"))
         view.hyper_adj_indptr, view.hyper_adj_indices = edge_adjacency(
             np.asarray(snap.array("hyperbolic_edges")), len(chunks["id"]))
         view.hyper_dim, view.hyper_seed = int(hyp["dim"]), int(hyp["seed"])

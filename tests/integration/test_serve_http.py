@@ -263,6 +263,37 @@ def test_a_new_version_is_served_without_failed_queries(server, hotpot_subset):
     assert httpx.get(server["url"] + "/readyz").json()["index_version"] == built["version"]
 
 
+def test_hyperbolic_queries_feed_the_online_learner_and_recalibration_is_on_demand(server):
+    """HyperRAG §3.3 over HTTP: a hyperbolic query reaches the updater as an L_inc step; a requested
+    recalibration publishes a version the Retriever moves to, with no failed query meanwhile."""
+    url = server["url"]
+    steps = httpx.get(url + "/v1/updater").json()["online"]["steps"]
+    server["client"].query(QUESTION, mode="hyperbolic")
+    deadline = time.monotonic() + 30
+    while (online := httpx.get(url + "/v1/updater").json()["online"])["steps"] == steps:
+        assert time.monotonic() < deadline, online
+        time.sleep(0.2)
+    assert online["steps"] >= steps + 1 and online["since_recalibration"] >= 1
+    resp = httpx.post(url + "/v1/updater/recalibrate")
+    assert resp.status_code == 401
+    before = server["client"].query(QUESTION, mode="hyperbolic")["index_version"]
+    with queries_running(url, 0.1) as (versions, failures):
+        resp = httpx.post(url + "/v1/updater/recalibrate", headers={"Authorization": f"Bearer {KEY}"})
+        assert resp.status_code == 202 and resp.json() == {"requested": True}
+        deadline = time.monotonic() + 120
+        while (status := httpx.get(url + "/v1/updater").json())["online"]["recalibrations"] < online["recalibrations"] + 1:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.5)
+        published = status["last_result"]["version"]
+        assert published > before and status["last_result"]["recalibration"]["subgraphs"] >= 1
+        while (out := server["client"].query(QUESTION, mode="hyperbolic"))["index_version"] < published:
+            assert time.monotonic() < deadline, "the Retriever did not move to the recalibrated version"
+            time.sleep(0.5)
+        assert out["passages"]
+    assert not failures, failures[:3]
+    assert versions == sorted(versions)
+
+
 def test_a_store_crash_is_503_then_recovers(server):
     """kill -9 the Milvus Lite server: 503 with Retry-After (never a 500) until Serve's health
     check restarts the Retriever, whose store connection starts a new server."""

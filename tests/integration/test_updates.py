@@ -9,9 +9,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from hygraph.engine import MODES
+from hygraph.cluster.updater import IndexUpdater
+from hygraph.config import load_config
+from hygraph.core.hyperbolic import init_from_text, poincare_distance
+from hygraph.engine import MODES, QueryEngine
 from hygraph.store.journal import Journal
 from hygraph.store.snapshot import SnapshotStore
 from tests.integration.conftest import DATA, HYGRAPH, cli_env, last_json, run_cli
@@ -120,3 +124,58 @@ def test_a_killed_updater_applies_every_document_exactly_once(built_index, tmp_p
         hit = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "dense", doc["title"]))
         ranked = [p["id"] for p in hit["passages"]]
         assert ranked[0] == doc["id"] and ranked.count(doc["id"]) == 1
+
+
+def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collection(built_index):
+    """HyperRAG §3.3 in process: an observed query's L_inc step is visible to a reader at once (no new
+    version), and a recalibration publishes a version with its own hyperbolic collection; the
+    replaced collection goes with the last version that named it."""
+    index_dir, _ = built_index
+    cfg = load_config(None)
+    cfg = cfg.model_copy(update={"updates": cfg.updates.model_copy(
+        update={"recalibrate_every": 3, "keep_versions": 1, "gc_grace_s": 0.0})})
+    engine, updater = QueryEngine(cfg, index_dir), IndexUpdater(cfg, index_dir)
+    try:
+        loaded = engine.loaded
+        offset = SnapshotStore(index_dir).open().manifest["journal_offset"]
+        question = "Which magazine was started first, Arthur's Magazine or First for Women?"
+        vec = engine.embedder.encode([question])[0]
+        subgraph = engine.retrieve(question, vec, "hyperbolic", 5, loaded).notes["implicit_subgraph"]
+        round1 = [c for p, c in subgraph["edges"] if p == "query"]
+        read = engine._points(loaded)
+        anchor = init_from_text(vec[None, :], cfg.hyperbolic.dim, cfg.hyperbolic.seed)[0]
+        before = read(round1)
+
+        updater.observe(subgraph, vec)
+        assert len(updater.learn(max_steps=8)) == 1
+        after = read(round1)
+        assert engine.store.current_version() == loaded.view.version  # a step publishes no version
+        state = updater.state
+        rows = [state.cols["id"].index(c) for c in round1]
+        np.testing.assert_allclose(after, state.hyp["points"][rows], atol=1e-5)
+        assert np.mean(poincare_distance(after, anchor[None, :])) < np.mean(poincare_distance(before, anchor[None, :]))
+
+        old = loaded.collections["hyperbolic"]
+        for _ in range(2):
+            updater.observe(subgraph, vec)
+        updater.learn(max_steps=8)
+        assert updater.recalibrate_step() is None and updater.recalibrating
+        deadline = time.monotonic() + 300
+        while (published := updater.recalibrate_step()) is None:
+            assert time.monotonic() < deadline, "the recalibration never finished"
+            time.sleep(0.1)
+        assert published["version"] == loaded.view.version + 1
+        assert published["recalibration"]["subgraphs"] == 3
+        manifest = SnapshotStore(index_dir).open().manifest
+        assert manifest["journal_offset"] == offset
+        assert manifest["hyperbolic"]["M"] == published["recalibration"]["M"]
+        assert engine.refresh()
+        new = engine.loaded.collections["hyperbolic"]
+        assert new != old and {k: v for k, v in engine.loaded.collections.items() if k != "hyperbolic"} == \
+            {k: v for k, v in loaded.collections.items() if k != "hyperbolic"}
+        assert not updater.vectors.exists(old)  # keep_versions=1, no grace: the old version and its collection went
+        ctx = engine.retrieve(question, vec, "hyperbolic", 5)
+        assert ctx.passages and engine.version == published["version"]
+    finally:
+        updater.close()
+        engine.close()

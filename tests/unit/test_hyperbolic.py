@@ -12,6 +12,8 @@ from hygraph.core.hyperbolic import (
     contrastive_loss,
     exp_map,
     explicit_edges,
+    fit_under_bound,
+    from_storage,
     incremental_step,
     init_from_text,
     key_terms,
@@ -203,3 +205,29 @@ def test_incremental_step_changes_only_allowed_rows() -> None:
                   < poincare_distance(points[sub[:, 0]], points[sub[:, 1]]))
     again, changed_again = incremental_step(points, sub, neighbours, steps=10, lr=0.05, negatives=5, seed=0)
     assert np.array_equal(again, new) and np.array_equal(changed_again, changed)
+
+
+def test_from_storage_inverts_the_serving_lift() -> None:
+    rng = np.random.default_rng(5)
+    p = random_ball(40, 6, rng, max_norm=0.98)
+    stored = storage_vectors(p, norm_bound(lorentz_lift(p)))
+    np.testing.assert_allclose(from_storage(stored), p, atol=1e-12)
+    # float32 storage (what the vector store keeps) still gives the points to ~1e-7
+    np.testing.assert_allclose(from_storage(stored.astype(np.float32)), p, atol=1e-6)
+
+
+def test_fit_under_bound_keeps_rows_inside_and_pulls_the_rest_onto_the_radius() -> None:
+    rng = np.random.default_rng(6)
+    inner = random_ball(20, 4, rng, max_norm=0.6)
+    m = norm_bound(lorentz_lift(inner))
+    outer = random_ball(20, 4, rng, max_norm=0.99)
+    outer = outer / np.linalg.norm(outer, axis=1, keepdims=True) * 0.99  # all beyond the bound
+    fitted = fit_under_bound(np.vstack([inner, outer]), m)
+    np.testing.assert_array_equal(fitted[:20], inner)
+    lifted = np.linalg.norm(lorentz_lift(fitted), axis=1)
+    assert lifted.max() <= m
+    # The pulled rows keep their direction and sit on the bound's radius: lifted norm = M (to 1e-6).
+    np.testing.assert_allclose(lifted[20:], m, rtol=1e-6)
+    cos = np.sum(fitted[20:] * outer, axis=1) / np.linalg.norm(fitted[20:], axis=1) / np.linalg.norm(outer, axis=1)
+    np.testing.assert_allclose(cos, 1.0)
+    storage_vectors(fitted, m)  # valid storage: no norm above M

@@ -16,6 +16,7 @@ import torch
 
 from hygraph.core.hyperbolic import (
     edge_adjacency,
+    from_storage,
     init_from_text,
     lorentz_lift,
     norm_bound,
@@ -70,6 +71,12 @@ class BruteSearch:
         ids, mat = self.text[kind]
         scores = [mat @ row for row in rows]
         return [[(ids[i], float(s[i])) for i in np.argsort(-s, kind="stable")[:k]] for s in scores]
+
+    def points(self, chunk_ids) -> np.ndarray:
+        """The engine's live points: read back from the stored (Lorentz) vectors."""
+        ids, stored = self.storage
+        row = {cid: i for i, cid in enumerate(ids)}
+        return from_storage(stored[[row[cid] for cid in chunk_ids]])
 
     def of_kind(self, kind: str) -> list[tuple[str, np.ndarray, int]]:
         return [c for c in self.calls if c[0] == kind]
@@ -302,7 +309,7 @@ def hyperbolic_fixture(rng_seed: int = 0) -> tuple[IndexView, BruteSearch, dict[
     view = IndexView(
         version=1, chunk_text=text, chunk_doc={cid: f"d{cid[1:]}" for cid in ids},
         titles={f"d{i}": f"T{i}" for i in range(N_CHUNKS)},
-        hyper_chunk_ids=row_ids, hyper_row=row, hyper_points=np.array([point_of[cid] for cid in row_ids]),
+        hyper_chunk_ids=row_ids, hyper_row=row,
         hyper_dim=H_DIM, hyper_seed=H_SEED,
     )
     view.hyper_adj_indptr, view.hyper_adj_indices = edge_adjacency(
@@ -322,7 +329,7 @@ class FixedDecompose:
 def run_hyperbolic(view: IndexView, search: BruteSearch, directives: list[str], k: int = 8, round_k: int = 2):
     decompose = FixedDecompose(directives)
     embed = lookup({DIRECTIVES[0]: axis(1), DIRECTIVES[1]: axis(2)})
-    return hyperbolic(H_QUESTION, Q, k, view, search, embed, decompose, round_k=round_k), decompose
+    return hyperbolic(H_QUESTION, Q, k, view, search, embed, decompose, search.points, round_k=round_k), decompose
 
 
 def einstein_midpoint(points: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -413,6 +420,6 @@ def test_hyperbolic_without_directives_is_a_one_level_tree() -> None:
 
 def test_hyperbolic_needs_hyperbolic_embeddings() -> None:
     view, search, _ = hyperbolic_fixture()
-    view.hyper_points = None
+    view.hyper_row = {}
     with pytest.raises(ValueError, match="hyperbolic embeddings"):
         run_hyperbolic(view, search, DIRECTIVES)

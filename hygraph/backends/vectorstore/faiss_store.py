@@ -77,6 +77,7 @@ class FaissStore:
         col["vecs"] = np.vstack([col["vecs"], vecs])
         lay = np.asarray(layers if layers is not None else np.zeros(len(ids)), np.int64)
         col["layers"] = np.concatenate([col["layers"], lay])
+        col["row"] = None
         # An HNSW graph takes new rows in place (an update's few rows cost milliseconds, a rebuild
         # of a large collection seconds); removing rows needs a rebuild.
         if col["index"] is not None and self._hnsw() and len(ids):
@@ -91,6 +92,7 @@ class FaissStore:
         if not keep.all():
             col["ids"] = [i for i, k in zip(col["ids"], keep) if k]
             col["vecs"], col["layers"], col["index"] = col["vecs"][keep], col["layers"][keep], None
+            col["row"] = None
 
     def open(self, name: str) -> None:
         """Load `name`, again when another process has persisted a newer copy since."""
@@ -155,6 +157,15 @@ class FaissStore:
         dist, idx = index.search(q, min(k, len(col["ids"])))
         return [[Hit(col["ids"][i], float(d), int(col["layers"][i])) for d, i in zip(drow, irow) if i >= 0]
                 for drow, irow in zip(dist, idx)]
+
+    def fetch(self, name: str, ids: Sequence[str]) -> np.ndarray:
+        col = self._load(name)
+        if col.get("row") is None:
+            col["row"] = {cid: i for i, cid in enumerate(col["ids"])}
+        missing = [i for i in ids if i not in col["row"]]
+        if missing:
+            raise StoreError(f"{name}: no vector for id {missing[0]!r}")
+        return col["vecs"][[col["row"][i] for i in ids]]
 
     def drop(self, name: str) -> None:
         self._cols.pop(name, None)

@@ -122,6 +122,14 @@ class MilvusStore:
         return [[Hit(h["id"], float(h["distance"]), int(h["entity"].get("layer", 0))) for h in row]
                 for row in res]
 
+    def fetch(self, name: str, ids: Sequence[str]) -> np.ndarray:
+        rows = self._call("get", self.client.get, name, ids=list(ids), output_fields=["vec"])
+        by_id = {r["id"]: r["vec"] for r in rows}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise StoreError(f"{name}: no vector for id {missing[0]!r}")
+        return np.asarray([by_id[i] for i in ids], dtype=np.float32)
+
     def drop(self, name: str) -> None:
         self._metrics.pop(name, None)
         if self.exists(name):

@@ -31,27 +31,26 @@ top k and the reasoning chain could never outrank them.
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import numpy as np
 
 from hygraph.core.hyperbolic import init_from_text, key_terms, poincare_distance, query_vector
 from hygraph.core.retrieval.context import Context, Item, Search, passages_from_chunks
-from hygraph.core.retrieval.view import Decompose, Embed, IndexView
+from hygraph.core.retrieval.view import Decompose, Embed, IndexView, Points
 
 ROOT = "query"
 
 
 def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, search: Search, embed: Embed,
-               decompose: Decompose, *, round_k: int | None = None) -> Context:
+               decompose: Decompose, points: Points, *, round_k: int | None = None) -> Context:
     """HyperRAG §3.1 + §3.3: implicit tree from query decomposition, fused with explicit edges; Poincaré ranking.
 
     round_k (default k) chunks per retrieval round and per directive. Returns the ranked chunks
     of the top-k passages, the passages, notes["implicit_subgraph"] = {"nodes": [chunk ids],
     "edges": [[parent, child], ...], "root": "query"} (a tree; parent is "query" or a chunk id)
-    and notes["directives"]. Needs the index's hyperbolic embeddings (view.hyper_points).
+    and notes["directives"]. `points` reads the chunks' current Poincaré points (the online
+    learner refines them between versions). Needs an index with hyperbolic embeddings.
     """
-    if view.hyper_points is None:
+    if not view.hyper_row:
         raise ValueError("hyperbolic retrieval needs hyperbolic embeddings, and this index version has none")
     per_round = k if round_k is None else round_k
     round1 = [cid for cid, _ in search("chunks", query_vec[None, :], per_round, None)[0]]
@@ -66,11 +65,11 @@ def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     projected = init_from_text(query_vec, view.hyper_dim, view.hyper_seed)
     level_size = np.bincount(list(depth.values()))
     weights = np.array([0.5 ** depth[n] / level_size[depth[n]] for n in depth])
-    q_point = _weighted_midpoint(np.vstack([projected, _points(view, parent)]), weights)
+    q_point = _weighted_midpoint(np.vstack([projected, points(list(parent))]), weights)
 
     neighbours = [cid for cid, _ in search("hyperbolic", query_vector(projected)[None, :], k, None)[0]]
     candidates = list(dict.fromkeys([*parent, *neighbours]))
-    distance = poincare_distance(_points(view, candidates), q_point[None, :])
+    distance = poincare_distance(points(candidates), q_point[None, :])
     ranked = [Item(candidates[i], "chunk", view.chunk_text[candidates[i]], float(np.exp(-distance[i])),
                    (view.chunk_doc[candidates[i]],)) for i in np.argsort(distance, kind="stable")]
     passages = passages_from_chunks(ranked, view.titles, k)
@@ -110,11 +109,6 @@ def _fused_tree(children: dict[str, list[str]], view: IndexView) -> dict[str, st
                 parent[child] = node
                 queue.append(child)
     return parent
-
-
-def _points(view: IndexView, chunk_ids: Iterable[str]) -> np.ndarray:
-    """The candidates' rows only, in float64 (the index may hold float32)."""
-    return np.asarray(view.hyper_points[[view.hyper_row[cid] for cid in chunk_ids]], dtype=np.float64)
 
 
 def _weighted_midpoint(points: np.ndarray, weights: np.ndarray) -> np.ndarray:

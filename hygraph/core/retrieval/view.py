@@ -16,6 +16,8 @@ Embed = Callable[[Sequence[str]], np.ndarray]  # texts -> L2-normalized rows
 QuestionEntities = Callable[[str], list[str]]  # the `extract` role on a question: entity surface forms
 Decompose = Callable[[str, Sequence[str]], list[str]]  # (question, round-1 passages) -> directives
 Router = Callable[[str], str]  # question -> "local" | "global"
+# chunk ids -> their live Poincaré points (n, dim) float64: the online learner moves them between versions
+Points = Callable[[Sequence[str]], np.ndarray]
 
 
 @dataclass
@@ -46,12 +48,11 @@ class IndexView:
     summary_layer: dict[str, int] = field(default_factory=dict)
     summary_children: dict[str, tuple[str, ...]] = field(default_factory=dict)
     summary_leaves: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # hyperbolic (HyperRAG): Poincare points of the chunks (row i <-> hyper_chunk_ids[i]), the
-    # explicit keyword edges between those rows as CSR adjacency (both directions), and the
-    # text->ball projection's dim and seed
+    # hyperbolic (HyperRAG): the chunks with a Poincaré point (row i <-> hyper_chunk_ids[i]; the
+    # points themselves are read live through `Points`), the explicit keyword edges between those
+    # rows as CSR adjacency (both directions), and the text->ball projection's dim and seed
     hyper_chunk_ids: list[str] = field(default_factory=list)
     hyper_row: dict[str, int] = field(default_factory=dict)
-    hyper_points: np.ndarray | None = None
     hyper_adj_indptr: np.ndarray | None = None
     hyper_adj_indices: np.ndarray | None = None
     hyper_dim: int = 0
