@@ -324,7 +324,7 @@ class OnlineUpdater:
         self.steps = metrics.Counter("hygraph_updater_steps_total", "Updater steps by outcome (applied, "
                                      "deferred, online, recalibrated).", tag_keys=("kind",))
         self.step_seconds = metrics.Histogram("hygraph_online_step_seconds", "Seconds of one L_inc step "
-                                              "(HyperRAG §3.3) for one query's subgraph.",
+                                              "(HyperRAG 3.3) for one query's subgraph.",
                                               boundaries=[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5])
         self.lag = metrics.Histogram("hygraph_ingest_lag_seconds", "Seconds from a write's 202 to the "
                                      "version that applies it.", boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
