@@ -19,6 +19,10 @@ class StoreError(HygraphError):
     """The index directory or the vector store is missing, unreachable or inconsistent."""
 
 
+class IndexNotReady(StoreError):
+    """The index directory holds no version yet (a first build has not landed): HTTP 503."""
+
+
 class StoreUnavailable(StoreError):
     """The vector store cannot be reached right now (retryable: HTTP 503 with Retry-After)."""
 

@@ -112,6 +112,8 @@ async def served(url: str, questions: list[str], concurrency: int, baseline_s: f
     windows: list[tuple[float, float]] = []
     stop = asyncio.Event()
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+        while "online" not in (await http.get("/v1/updater")).json():
+            await asyncio.sleep(1)  # the updater is still loading its models
         workers = [asyncio.create_task(_worker(http, questions, k, stop, samples)) for k in range(concurrency)]
         await asyncio.sleep(baseline_s)
         baseline_end = time.perf_counter()
@@ -189,7 +191,7 @@ def markdown(report: dict[str, Any]) -> str:
         s = a[name]
         lines.append(f"| {name} | {s['p50']} | {s['p95']} | {s['p99']} | {s['max']} |")
     lines += ["", f"Subgraph edges per query: median {a['subgraph_edges']['p50']}.", "",
-              "## Recalibration (in process, no other load)", "",
+              "## Recalibration (in process, before the server starts)", "",
               f"{r['subgraphs']} subgraphs; retrain {r['train_seconds']} s, publish {r['publish_seconds']} s, "
               f"total {r['total_seconds']} s; M = {r['M']:.4f}.", "",
               f"## Query latency during recalibration (served, concurrency {b['concurrency']}, hyperbolic mode)", "",

@@ -25,6 +25,7 @@ updater file lock keeps a second writer (another actor, a CLI insert) out.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
 import sys
@@ -39,7 +40,7 @@ from hygraph.backends import resolve_device, vectorstore
 from hygraph.backends.embedder import make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.config import HygraphConfig
-from hygraph.errors import BackendError, StoreError, StoreUnavailable
+from hygraph.errors import BackendError, IndexNotReady, StoreError, StoreUnavailable
 from hygraph.indexing.build import _stats, _write_tables
 from hygraph.indexing.online import OnlineLearner, Recalibration, install, observation, retrain
 from hygraph.indexing.state import IndexState, load_state
@@ -307,16 +308,21 @@ class IndexUpdater:
 
 
 def updater_name(index_dir: str | Path) -> str:
-    return f"hygraph-updater-{SnapshotStore(index_dir).uid}"
+    """One name per index directory, known before its first build (pods mount it at one path)."""
+    return f"hygraph-updater-{hashlib.sha1(str(Path(index_dir).resolve()).encode()).hexdigest()[:12]}"
 
 
 class OnlineUpdater:
-    """Ray actor: polls the journal every `updates.poll_s` and applies what is pending."""
+    """Ray actor: polls the journal every `updates.poll_s` and applies what is pending.
+
+    Started before the first build has landed (a fresh Kubernetes deploy), it waits for one.
+    """
 
     def __init__(self, config: dict[str, Any], index_dir: str) -> None:
         logging.basicConfig(level=logging.INFO)
         self.cfg = HygraphConfig.model_validate(config)
-        self.updater = IndexUpdater(self.cfg, index_dir)
+        self.index_dir = index_dir
+        self.updater: IndexUpdater | None = None
         self.last_error: str | None = None
         self.last_result: dict[str, Any] | None = None
         from ray.util import metrics
@@ -350,6 +356,10 @@ class OnlineUpdater:
     def _work(self) -> bool:
         """One round, journal first: a document batch, else a finished or due recalibration, else L_inc
         steps. True when something was done (the loop goes on without waiting)."""
+        if self.updater is None:
+            if SnapshotStore(self.index_dir).current_version() is None:
+                return False
+            self.updater = IndexUpdater(self.cfg, self.index_dir)
         result = self.updater.step()
         if result is not None:
             self.last_result, self.last_error = result, None
@@ -372,16 +382,21 @@ class OnlineUpdater:
 
     def observe(self, subgraph: dict[str, Any], query_vec: Any) -> None:
         """Fire and forget from the Retriever: one `hyperbolic` query's implicit subgraph."""
-        if self.cfg.updates.online_learning:
+        if self.cfg.updates.online_learning and self.updater is not None:
             self.updater.observe(subgraph, query_vec)
             self._wake.set()
 
     def recalibrate(self) -> None:
         """On demand: retrain the hyperbolic embeddings now (in the background) instead of at the next N queries."""
+        if self.updater is None:
+            raise IndexNotReady(f"{self.index_dir} holds no index version to recalibrate")
         self.updater.request_recalibration()
         self._wake.set()
 
     def status(self) -> dict[str, Any]:
+        if self.updater is None:  # loading its models, or no index version yet
+            return {"starting": True, "index_version": SnapshotStore(self.index_dir).current_version(),
+                    "last_error": self.last_error}
         learner = self.updater.learner
         return {"pending": len(self.updater.pending()), "applied_batches": self.updater.applied_batches,
                 "last_result": self.last_result, "last_error": self.last_error,

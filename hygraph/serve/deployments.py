@@ -23,6 +23,8 @@ from hygraph.backends.llm.base import Answer, ContextItem
 from hygraph.cluster.updater import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
+from hygraph.errors import IndexNotReady
+from hygraph.store.snapshot import SnapshotStore
 from hygraph.serve.metrics import EmbedderMetrics, IndexMetrics, LLMMetrics
 
 log = logging.getLogger("hygraph.serve")
@@ -49,14 +51,20 @@ class Embedder:
 
 @serve.deployment
 class Retriever:
-    """One loaded index version (swapped when `CURRENT` moves) and every retrieval mode."""
+    """One loaded index version (swapped when `CURRENT` moves) and every retrieval mode.
+
+    A replica started before the first build has landed (a fresh Kubernetes deploy) is healthy
+    but not ready: it answers 503 index_not_ready and loads the first version that appears.
+    """
 
     def __init__(self, config: dict[str, Any], index_dir: str) -> None:
-        cfg = HygraphConfig.model_validate(config)
-        self.engine = QueryEngine(cfg, index_dir)
+        self.cfg = HygraphConfig.model_validate(config)
+        self.index_dir = index_dir
+        self._engine: QueryEngine | None = None
         self.llm_metrics = LLMMetrics()
         self.index_metrics = IndexMetrics()
-        self.index_metrics.version.set(self.engine.version)
+        self._open_when_built()
+        cfg = self.cfg
         self._poll_s = cfg.serve.version_poll_s
         self._learn = cfg.updates.online_learning and cfg.hyperbolic.enabled
         self._updater_name = updater_name(index_dir)
@@ -66,16 +74,32 @@ class Retriever:
         # process's lease on the Milvus Lite server.
         threading.Thread(target=self._follow_current, name="hygraph-version-poll", daemon=True).start()
 
+    def _open_when_built(self) -> None:
+        if self._engine is None and SnapshotStore(self.index_dir).current_version() is not None:
+            self._engine = QueryEngine(self.cfg, self.index_dir)
+            log.info("serving index version %d", self._engine.version)
+            self.index_metrics.version.set(self._engine.version)
+
+    @property
+    def engine(self) -> QueryEngine:
+        if self._engine is None:
+            raise IndexNotReady(f"index directory {self.index_dir} holds no index version yet "
+                                "(run `hygraph index`; this replica loads it as soon as it lands)")
+        return self._engine
+
     def _follow_current(self) -> None:
         while True:
             time.sleep(self._poll_s)
             try:
-                if self.engine.refresh():
+                if self._engine is None:
+                    self._open_when_built()
+                elif self.engine.refresh():
                     log.info("now serving index version %d", self.engine.version)
                     self.index_metrics.version.set(self.engine.version)
             except Exception:  # noqa: BLE001 - a half-visible version is retried on the next poll
-                log.warning("could not load index version %s; still serving %d",
-                            self.engine.store.current_version(), self.engine.version, exc_info=True)
+                log.warning("could not load index version %s; still serving %s",
+                            SnapshotStore(self.index_dir).current_version(),
+                            self._engine.version if self._engine else "none", exc_info=True)
 
     def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int) -> dict[str, Any]:
         """The Context, its numbered prompt items and the version they came from."""
@@ -109,7 +133,8 @@ class Retriever:
 
     def check_health(self) -> None:
         """Serve restarts a replica whose store is unreachable (StoreUnavailable)."""
-        self.engine.vectors.ping()
+        if self._engine is not None:
+            self._engine.vectors.ping()
 
 
 @serve.deployment

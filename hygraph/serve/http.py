@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from hygraph.config import ServeConfig
-from hygraph.errors import BackendError, ConfigError, InputError, StoreError, StoreUnavailable
+from hygraph.errors import BackendError, ConfigError, IndexNotReady, InputError, StoreError, StoreUnavailable
 
 log = logging.getLogger("hygraph.serve")
 M = TypeVar("M", bound=BaseModel)
@@ -51,6 +51,8 @@ def as_api_error(exc: BaseException) -> ApiError:
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, InputError):
         return ApiError(422, "invalid_field", first)
+    if isinstance(exc, IndexNotReady):
+        return ApiError(503, "index_not_ready", first, {"Retry-After": str(RETRY_AFTER_S)})
     if isinstance(exc, StoreUnavailable):
         return ApiError(503, "store_unavailable", first, {"Retry-After": str(RETRY_AFTER_S)})
     if isinstance(exc, StoreError):

@@ -238,11 +238,12 @@ class Ingress:
             job = await asyncio.to_thread(self.journal.find, job_id)
             if job is None:
                 raise ApiError(404, "not_found", f"job_id: no job {job_id}")
-            snap = await asyncio.to_thread(self.store.open)
-            status, error = await asyncio.to_thread(self.journal.status, job,
-                                                    int(snap.manifest.get("journal_offset", 0)))
+            # Before the first build lands there is no version: every job is still queued.
+            manifest = (await asyncio.to_thread(self.store.open)).manifest \
+                if self.store.current_version() is not None else {"journal_offset": 0, "version": None}
+            status, error = await asyncio.to_thread(self.journal.status, job, int(manifest["journal_offset"]))
             body = {"job_id": job_id, "op": job.op, "status": status,
-                    "index_version": snap.manifest["version"] if status == "done" else None}
+                    "index_version": manifest["version"] if status == "done" else None}
             if error:
                 body["error"] = error
             return JSONResponse(body)
