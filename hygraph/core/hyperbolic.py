@@ -385,10 +385,12 @@ def train_poincare(init: np.ndarray, edges: np.ndarray, epochs: int = 3, lr: flo
 
 
 def incremental_step(points: np.ndarray, subgraph_edges: np.ndarray, neighbours: np.ndarray, steps: int = 10,
-                     lr: float = 0.01, negatives: int = 10, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                     lr: float = 0.01, negatives: int = 10, seed: int = 0,
+                     frozen: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """§3.3 Phase 1, L_inc: fine-tune only V_Δ (nodes of the query's implicit subgraph) and N(V_Δ).
 
-    `neighbours` are the one-hop neighbours of V_Δ found by the caller. Every step uses all of
+    `neighbours` are the one-hop neighbours of V_Δ found by the caller; `frozen` rows stay fixed even
+    inside the subgraph (a query placed as an anchor). Every step uses all of
     ΔG_t's edges (both directions) with fresh negatives; everything else is frozen. Runs on CPU:
     the subgraph is tiny and a device round trip would cost more than the work. Returns the new
     points and the sorted indices of rows whose values changed (a trainable neighbour that never
@@ -398,6 +400,8 @@ def incremental_step(points: np.ndarray, subgraph_edges: np.ndarray, neighbours:
     trainable = np.zeros(len(pts), dtype=bool)
     trainable[np.asarray(subgraph_edges, dtype=np.int64).ravel()] = True
     trainable[np.asarray(neighbours, dtype=np.int64)] = True
+    if frozen is not None:
+        trainable[np.asarray(frozen, dtype=np.int64)] = False
     u, v = _directed(subgraph_edges)
     out = pts.copy()
     if not len(u) or steps <= 0:

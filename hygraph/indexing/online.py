@@ -2,8 +2,9 @@
 
 The Retriever sends each `hyperbolic` query's implicit subgraph (a tree rooted at the query,
 see core/retrieval/hyperbolic.py) with the question's embedding. The query becomes a temporary
-row placed at its text projection (`init_from_text`), so the query -> round-1 edges pull the
-retrieved chunks toward where such questions land; it is dropped after the step. Nodes of the
+row placed at its text projection (`init_from_text`) and held fixed there (it is where the
+Retriever places such a question), so the query -> round-1 edges pull the retrieved chunks
+toward where such questions land; it is dropped after the step. Nodes of the
 subgraph and their one-hop explicit neighbours are trainable, everything else is frozen, and
 the changed rows are pulled back under the norm bound M so the stored vectors stay valid until
 the next recalibration recomputes M.
@@ -103,7 +104,7 @@ class OnlineLearner:
         anchor = hyperbolic.init_from_text(obs.query_vec[None, :], self.hc.dim, self.hc.seed)
         moved, changed = hyperbolic.incremental_step(
             np.vstack([points, anchor]), edges, neighbours, steps=self.uc.online_steps, lr=self.hc.lr,
-            negatives=self.hc.negatives, seed=self.hc.seed + self.steps)
+            negatives=self.hc.negatives, seed=self.hc.seed + self.steps, frozen=np.array([n]))
         self.steps += 1
         changed = changed[changed < n]
         points[changed] = hyperbolic.fit_under_bound(moved[changed], state.hyp["M"])
@@ -137,8 +138,10 @@ def retrain(job: Recalibration, hc: HyperbolicConfig, device: str) -> np.ndarray
     if query_vecs:
         init = np.vstack([init, hyperbolic.init_from_text(np.vstack(query_vecs), hc.dim, hc.seed)])
     edges = np.vstack([job.explicit_edges.reshape(-1, 2), np.array(implicit, dtype=np.int64).reshape(-1, 2)])
+    trainable = np.arange(len(init)) < n  # query rows stay at their projections, as in a step
     points = hyperbolic.train_poincare(init, edges, epochs=hc.epochs, lr=hc.lr, negatives=hc.negatives,
-                                       batch_size=hc.batch_size, seed=hc.seed, device=device)
+                                       batch_size=hc.batch_size, seed=hc.seed, device=device,
+                                       trainable_mask=trainable)
     return points[:n]
 
 

@@ -231,3 +231,14 @@ def test_fit_under_bound_keeps_rows_inside_and_pulls_the_rest_onto_the_radius() 
     cos = np.sum(fitted[20:] * outer, axis=1) / np.linalg.norm(fitted[20:], axis=1) / np.linalg.norm(outer, axis=1)
     np.testing.assert_allclose(cos, 1.0)
     storage_vectors(fitted, m)  # valid storage: no norm above M
+
+
+def test_incremental_step_keeps_frozen_rows_in_place() -> None:
+    rng = np.random.default_rng(8)
+    points = random_ball(30, 4, rng, max_norm=0.8)
+    edges = np.array([[29, 0], [29, 1], [0, 2]])
+    out, changed = incremental_step(points, edges, np.array([3]), steps=5, lr=0.05, negatives=4, frozen=np.array([29]))
+    np.testing.assert_array_equal(out[29], points[29])
+    assert 29 not in changed and {0, 1, 2} <= set(changed.tolist())
+    # pulled toward the fixed anchor
+    assert poincare_distance(out[0], points[29]) < poincare_distance(points[0], points[29])
