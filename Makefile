@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup test test-unit serve clean
+.PHONY: setup test test-unit serve loadtest faults clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,14 @@ test-unit: $(STAMP)
 # Serves runs/demo on 127.0.0.1:8000, building the bundled demo index there first if needed.
 serve: $(STAMP)
 	$(BIN)/hygraph serve --index-dir runs/demo
+
+# Scenario b of loadtests/ for 60 s against a fresh `hygraph serve` (the demo index is built first).
+loadtest: $(STAMP)
+	$(BIN)/python loadtests/loadtest.py --scenario b --seconds 60 --out runs/loadtest/report
+
+# The three fault injections of loadtests/faults.py on a fresh local stack.
+faults: $(STAMP)
+	$(BIN)/python loadtests/faults.py --fault all --out runs/faults/report
 
 clean:
 	rm -rf $(VENV) .pytest_cache

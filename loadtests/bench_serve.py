@@ -22,27 +22,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-import numpy as np
-from ray import serve
-from starlette.requests import Request
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python loadtests/x.py` finds the package
 
-from hygraph.cluster.runtime import init_ray
-from hygraph.config import load_config
-from hygraph.model import load_questions
-from hygraph.serve.app import APP_NAME, build_app
+import httpx  # noqa: E402
+from ray import serve  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+
+from hygraph.cluster.runtime import init_ray  # noqa: E402
+from hygraph.config import load_config  # noqa: E402
+from hygraph.model import load_questions  # noqa: E402
+from hygraph.serve.app import APP_NAME, build_app  # noqa: E402
+from loadtests.common import pcts  # noqa: E402
 
 
 @serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 0})
 class Echo:
     async def __call__(self, request: Request) -> dict[str, Any]:
         return await request.json()
-
-
-def _pcts(ms: list[float]) -> dict[str, float]:
-    a = np.asarray(ms)
-    return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p95_ms": round(float(np.percentile(a, 95)), 2),
-            "p99_ms": round(float(np.percentile(a, 99)), 2)}
 
 
 async def _one(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> tuple[float, bool]:
@@ -61,7 +57,7 @@ async def sequential(http: httpx.AsyncClient, path: str, bodies: list[dict[str, 
         t, ok = await _one(http, path, body)
         ms.append(t)
         errors += not ok
-    return {**_pcts(ms), "requests": len(bodies), "errors": errors}
+    return {**pcts(ms), "requests": len(bodies), "errors": errors}
 
 
 async def sustained(http: httpx.AsyncClient, path: str, bodies: list[dict[str, Any]], concurrency: int,
@@ -82,7 +78,7 @@ async def sustained(http: httpx.AsyncClient, path: str, bodies: list[dict[str, A
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(concurrency)))
     wall = time.perf_counter() - t0
-    return {"qps": round(len(ms) / wall, 1), **_pcts(ms), "requests": len(ms), "errors": errors,
+    return {"qps": round(len(ms) / wall, 1), **pcts(ms), "requests": len(ms), "errors": errors,
             "concurrency": concurrency, "seconds": round(wall, 1)}
 
 
