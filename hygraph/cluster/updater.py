@@ -91,6 +91,12 @@ class IndexUpdater:
         self.vectors.close()
         os.close(self._lock_fd)
 
+    def reconnect(self) -> None:
+        """A fresh store connection: a restarted Milvus Lite server listens on a new port, so the old
+        client never recovers on its own (found by loadtests/faults.py --fault store)."""
+        old, self.vectors = self.vectors, vectorstore.connect(self.cfg.vector_store, self.index_dir)
+        old.close()
+
     def _load(self) -> IndexState:
         current = self.store.current_version()
         if self.state is None or self.state.version != current:
@@ -351,7 +357,17 @@ class OnlineUpdater:
                 self.steps.inc(tags={"kind": "deferred"})
                 log.warning("update deferred: %s", self.last_error)
                 time.sleep(5 * self.cfg.updates.poll_s)
+                if isinstance(exc, StoreUnavailable) and self.updater is not None:
+                    self._reconnect()
             self._wake.wait(self.cfg.updates.poll_s)
+
+    def _reconnect(self) -> None:
+        try:
+            self.updater.reconnect()
+            log.info("reconnected to the vector store")
+        except Exception as exc:  # noqa: BLE001 - still down: logged, and the next deferred round tries again
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("vector store reconnect failed: %s", self.last_error)
 
     def _work(self) -> bool:
         """One round, journal first: a document batch, else a finished or due recalibration, else L_inc
