@@ -40,6 +40,7 @@ from hygraph.backends import resolve_device, vectorstore
 from hygraph.backends.embedder import make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.config import HygraphConfig
+from hygraph.core.hyperbolic import from_storage
 from hygraph.errors import BackendError, IndexNotReady, StoreError, StoreUnavailable
 from hygraph.indexing.build import _stats, _write_tables
 from hygraph.indexing.online import OnlineLearner, Recalibration, install, observation, retrain
@@ -100,7 +101,13 @@ class IndexUpdater:
     def _load(self) -> IndexState:
         current = self.store.current_version()
         if self.state is None or self.state.version != current:
-            self.state = load_state(self.store.open(current))
+            state = load_state(self.store.open(current))
+            if state.hyp is not None:
+                # Online L_inc steps live in the hyperbolic collection and reach the snapshot only with
+                # the next publish: the collection is the truth, or a restarted updater would undo them.
+                stored = self.vectors.fetch(state.manifest["collections"]["hyperbolic"], state.cols["id"])
+                state.hyp["points"] = from_storage(stored)
+            self.state = state
         return self.state
 
     def _reconcile(self) -> None:
