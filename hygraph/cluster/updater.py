@@ -105,7 +105,9 @@ class IndexUpdater:
             if state.hyp is not None:
                 # Online L_inc steps live in the hyperbolic collection and reach the snapshot only with
                 # the next publish: the collection is the truth, or a restarted updater would undo them.
-                stored = self.vectors.fetch(state.manifest["collections"]["hyperbolic"], state.cols["id"])
+                name = state.manifest["collections"]["hyperbolic"]
+                self.vectors.open(name)  # a restarted Milvus Lite server has every collection released
+                stored = self.vectors.fetch(name, state.cols["id"])
                 state.hyp["points"] = from_storage(stored)
             self.state = state
         return self.state
