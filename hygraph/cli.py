@@ -130,9 +130,12 @@ def cmd_serve_config(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hygraph", description="Graph-RAG indexing and serving on Ray.")
     p.add_argument("--config", default=None, help="YAML config (default: configs/local.yaml)")
+    # Also accepted after the command; SUPPRESS keeps a subcommand from resetting one given before it.
+    config_after = _Parser(add_help=False)
+    config_after.add_argument("--config", default=argparse.SUPPRESS, help="YAML config (default: configs/local.yaml)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    s = sub.add_parser("index", help="build a new index version from a JSONL corpus")
+    s = sub.add_parser("index", parents=[config_after], help="build a new index version from a JSONL corpus")
     s.add_argument("--corpus", required=True)
     s.add_argument("--index-dir", required=True)
     s.add_argument("--triples", default=None,
@@ -142,14 +145,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="chunks and their vectors only: no graph, hierarchy or hyperbolic stages")
     s.set_defaults(run=cmd_index)
 
-    s = sub.add_parser("query", help="answer one question")
+    s = sub.add_parser("query", parents=[config_after], help="answer one question")
     s.add_argument("--index-dir", required=True)
     s.add_argument("--mode", default=None)
     s.add_argument("--k", type=_positive, default=None)
     s.add_argument("question")
     s.set_defaults(run=cmd_query)
 
-    s = sub.add_parser("eval", help="retrieval and answer quality per mode")
+    s = sub.add_parser("eval", parents=[config_after], help="retrieval and answer quality per mode")
     s.add_argument("--index-dir", required=True)
     s.add_argument("--questions", required=True)
     s.add_argument("--modes", default="dense")
@@ -160,24 +163,27 @@ def _parser() -> argparse.ArgumentParser:
                    help="write a Markdown table and a PNG chart with this path prefix")
     s.set_defaults(run=cmd_eval)
 
-    s = sub.add_parser("insert", help="add documents to an index without a rebuild (journaled; applied "
-                       "here, or by the running server's updater)")
+    s = sub.add_parser("insert", parents=[config_after],
+                       help="add documents to an index without a rebuild (journaled; applied here, or by the "
+                       "running server's updater)")
     s.add_argument("--index-dir", required=True)
     s.add_argument("--corpus", required=True, help="JSONL documents; an existing id with new text replaces it")
     s.set_defaults(run=cmd_insert)
 
-    s = sub.add_parser("delete", help="remove documents and everything derived only from them")
+    s = sub.add_parser("delete", parents=[config_after],
+                       help="remove documents and everything derived only from them")
     s.add_argument("--index-dir", required=True)
     s.add_argument("--ids", required=True, help="comma-separated document ids")
     s.set_defaults(run=cmd_delete)
 
-    s = sub.add_parser("demo", help="build the bundled demo index if needed and answer sample questions")
+    s = sub.add_parser("demo", parents=[config_after],
+                       help="build the bundled demo index if needed and answer sample questions")
     s.add_argument("--index-dir", default="runs/demo")
     s.add_argument("--mode", default=None, help="default: retrieval.mode of the config (hybrid)")
     s.add_argument("--questions", type=_positive, default=3)
     s.set_defaults(run=cmd_demo)
 
-    s = sub.add_parser("serve", help="run the Ray Serve application until interrupted")
+    s = sub.add_parser("serve", parents=[config_after], help="run the Ray Serve application until interrupted")
     s.add_argument("--index-dir", default=None, help="default: index_dir of the config; "
                    "the bundled demo index is built there first when it holds none")
     s.add_argument("--host", default=None, help="default: serve.host (127.0.0.1)")
@@ -185,7 +191,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--address", default=None, help="join this Ray cluster instead of starting one")
     s.set_defaults(run=cmd_serve)
 
-    s = sub.add_parser("serve-config", help="write the Serve config YAML (serve run / serve deploy / KubeRay)")
+    s = sub.add_parser("serve-config", parents=[config_after],
+                       help="write the Serve config YAML (serve run / serve deploy / KubeRay)")
     s.add_argument("--index-dir", default=None)
     s.add_argument("--out", required=True, help="YAML file to write")
     s.set_defaults(run=cmd_serve_config)
