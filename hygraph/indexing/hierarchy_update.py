@@ -254,12 +254,14 @@ def _rebuild_paths(table: _Table, removed: set[str], add_children: dict[str, lis
         children, extra = edits.get(sid) or current(sid)
         edits[sid] = (children + add_children.get(sid, []), extra + add_extra.get(sid, []))
     for number in range(1, table.top + 1):
-        here = [sid for sid in edits if table.nodes[sid].layer == number]
+        # Popped: these leave the table below, and the next layer must not look them up.
+        layer_edits = {sid: edits.pop(sid) for sid in list(edits) if table.nodes[sid].layer == number}
+        here = list(layer_edits)
         if not here:
             continue
-        keep = [sid for sid in here if edits[sid][0]]
-        swap = dict(zip(keep, table.add(number, [edits[s][0] for s in keep], [edits[s][1] for s in keep],
-                                        summarize, embed)))
+        keep = [sid for sid in here if layer_edits[sid][0]]
+        swap = dict(zip(keep, table.add(number, [layer_edits[s][0] for s in keep],
+                                        [layer_edits[s][1] for s in keep], summarize, embed)))
         for old in here:
             up = parent.get(old)
             if up is not None:

@@ -99,6 +99,27 @@ def test_leiden_partitioner_builds_and_serves_global(tmp_path):
                             "What is the Journal of Mathematical Physics?", env=env))
     assert res["passages"] and res["context"]["summaries"]
 
+    # HyGRAG §3.4 attachment: inserts and deletes edit the Leiden communities in place.
+    new = [json.loads(l) for l in (DATA / "musique_train100.corpus.jsonl").open()][60:63]
+    extra = tmp_path / "new.jsonl"
+    extra.write_text("".join(json.dumps(r) + "\n" for r in new))
+    ins = last_json(run_cli("insert", "--index-dir", str(idx), "--corpus", str(extra), env=env))
+    assert ins["documents"] == 3 and ins["summaries_rebuilt"] >= 1
+
+    def leaves_of_doc(doc_id: str) -> tuple[set[str], set[str]]:
+        snap = SnapshotStore(idx).open()
+        chunks = snap.table("chunks").to_pydict()
+        mine = {c for c, d in zip(chunks["id"], chunks["doc_id"]) if d == doc_id}
+        summaries = snap.table("summaries").to_pydict()
+        return mine, {leaf for lv in summaries["leaves"] for leaf in lv} & mine
+
+    mine, summarized = leaves_of_doc(new[0]["id"])
+    assert mine and summarized == mine  # the new chunks are leaves of the hierarchy
+    gone = last_json(run_cli("delete", "--index-dir", str(idx), "--ids", new[0]["id"], env=env))
+    assert gone["documents_removed"] == 1 and gone["summaries_rebuilt"] >= 1
+    summaries = SnapshotStore(idx).open().table("summaries").to_pydict()
+    assert not mine & {leaf for lv in summaries["leaves"] for leaf in lv}
+
 
 def test_unknown_triples_passage_is_exit_2(tmp_path, hotpot_subset):
     corpus, _ = hotpot_subset

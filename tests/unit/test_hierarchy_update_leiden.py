@@ -1,0 +1,79 @@
+"""HyGRAG §3.4 incremental attachment (`update_leiden`) on a hand-built two-layer hierarchy.
+
+Layer 1 holds two Leiden communities (entities as members, their chunks as extra leaves),
+layer 2 one summary over both. Summaries are the sorted member ids joined by "+", and the
+embedder maps the new content's summary to a chosen direction, so every attachment
+decision below can be checked by hand against tau = 0.5.
+"""
+
+import numpy as np
+
+from hygraph.core.hierarchy import summary_key
+from hygraph.indexing.hierarchy_build import HierarchyResult
+from hygraph.indexing.hierarchy_update import update_leiden
+
+TAU = 0.5
+
+
+def _hierarchy() -> HierarchyResult:
+    h = HierarchyResult(partitioner="leiden")
+    h.add("L1:0", 1, "e1+e2", ["e1", "e2"], ["c1", "e1", "e2"], summary_key(["c1", "e1", "e2"]))
+    h.add("L1:1", 1, "e3+e4", ["e3", "e4"], ["c2", "e3", "e4"], summary_key(["c2", "e3", "e4"]))
+    h.add("L2:0", 2, "L1:0+L1:1", ["L1:0", "L1:1"], ["c1", "c2", "e1", "e2", "e3", "e4"],
+          summary_key(["L1:0", "L1:1"]))
+    h.embeddings = np.array([[1, 0, 0], [0, 1, 0], [0.6, 0.8, 0]], np.float32)
+    return h
+
+
+def _run(new_entities, new_chunks, removed, new_direction=(0, 0, 1)):
+    calls = []
+
+    def summarize(members, leaves, known):
+        calls.append([list(m) for m in members])
+        return ["+".join(sorted(m)) for m in members]
+
+    def embed(texts):
+        # The new content's summary points where the test says; rebuilt summaries point nowhere in particular.
+        return np.array([new_direction if t == "+".join(sorted(new_entities or new_chunks)) else (0.5, 0.5, 0.5)
+                         for t in texts], np.float32)
+
+    delta = update_leiden(_hierarchy(), TAU, new_entities, new_chunks, set(removed), summarize, embed)
+    r = delta.result
+    nodes = {sid: (layer, ch, lv) for sid, layer, ch, lv in zip(r.ids, r.layers, r.children, r.leaves)}
+    return delta, nodes, calls
+
+
+def test_similar_new_content_joins_the_closest_community_and_rebuilds_only_its_path():
+    delta, nodes, _ = _run(["e5"], ["c3"], [], new_direction=(0.9, 0.1, 0))  # cos to L1:0 ~ 0.99
+    assert sorted(delta.retired) == ["L1:0", "L2:0"]
+    assert delta.fresh == ["L1:2", "L2:1"]
+    assert nodes["L1:2"] == (1, ["e1", "e2", "e5"], ["c1", "c3", "e1", "e2", "e5"])
+    assert nodes["L1:1"] == (1, ["e3", "e4"], ["c2", "e3", "e4"])  # the other community is untouched
+    assert sorted(nodes["L2:1"][1]) == ["L1:1", "L1:2"]
+    assert sorted(nodes["L2:1"][2]) == ["c1", "c2", "c3", "e1", "e2", "e3", "e4", "e5"]
+
+
+def test_dissimilar_new_content_becomes_a_new_community_under_the_top_layers_best():
+    delta, nodes, _ = _run(["e5"], ["c3"], [], new_direction=(0, 0, 1))  # no summary reaches tau
+    assert nodes["L1:2"] == (1, ["e5"], ["c3", "e5"])
+    assert {"L1:0", "L1:1"} <= set(nodes)  # existing communities keep their ids and texts
+    assert delta.retired == ["L2:0"]
+    [top] = [sid for sid, (layer, _, _) in nodes.items() if layer == 2]
+    assert sorted(nodes[top][1]) == ["L1:0", "L1:1", "L1:2"]
+
+
+def test_deleting_every_member_retires_the_community_and_its_parent_forgets_it():
+    delta, nodes, calls = _run([], [], ["e3", "e4", "c2"])
+    assert "L1:1" not in nodes and "L1:1" in delta.retired
+    assert nodes["L1:0"] == (1, ["e1", "e2"], ["c1", "e1", "e2"])
+    [top] = [sid for sid, (layer, _, _) in nodes.items() if layer == 2]
+    assert top != "L2:0" and nodes[top][1] == ["L1:0"]
+    assert sorted(nodes[top][2]) == ["c1", "e1", "e2"]
+    assert calls == [[["L1:0"]]]  # one re-summary: the parent; nothing for the emptied community
+
+
+def test_deleting_one_member_resummarizes_that_community_without_the_deleted_leaf():
+    delta, nodes, _ = _run([], [], ["e2"])
+    [community] = [s for s in delta.fresh if nodes[s][0] == 1]
+    assert nodes[community] == (1, ["e1"], ["c1", "e1"])
+    assert all("e2" not in lv for _, _, lv in nodes.values())
