@@ -159,6 +159,9 @@ class UpdatesConfig(Section):
     keep_versions: int = Field(3, ge=1)  # snapshot versions kept besides CURRENT...
     gc_grace_s: float = Field(300.0, ge=0)  # ...and any version younger than this
     tau_attach: float = Field(0.65, ge=-1, le=1)  # HyGRAG §3.4 attachment threshold (Leiden)
+    # Served inserts are retrievable a version before their summaries, which follow when the journal is
+    # idle or, under a steady stream, with the first batch after this many seconds; 0: never deferred.
+    defer_summaries_s: float = Field(30.0, ge=0)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
     # HyperRAG §3.3: hyperbolic-mode queries refine the points online; a full retrain every N queries
     online_learning: bool = True

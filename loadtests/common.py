@@ -208,11 +208,12 @@ class Write:
     sent_t: float
     acked_t: float | None = None
     job_id: str | None = None
-    outcome: str = "pending"  # ok | rejected | failed | timeout_job | timeout_visible
+    outcome: str = "pending"  # ok | rejected | failed | timeout_job | timeout_visible | timeout_summaries
     last_job_status: str | None = None
     version: int | None = None
     done_s: float | None = None  # 202 -> job done
     visible_s: float | None = None  # 202 -> retrievable (insert) / no longer retrieved (delete)
+    summarized_s: float | None = None  # insert: 202 -> its summaries published (updates.defer_summaries_s)
     error: str | None = None
 
 
@@ -226,6 +227,17 @@ async def wait_job(http: httpx.AsyncClient, rec: Recorder, w: Write, deadline: f
                 return body
         await asyncio.sleep(POLL_S)
     return None
+
+
+async def wait_summarized(http: httpx.AsyncClient, rec: Recorder, w: Write, deadline: float) -> bool:
+    """Poll a done insert until the job says its summaries are published (at once from a server that
+    does not report them)."""
+    while time.perf_counter() < deadline:
+        s, body = await timed(http, rec, "job", "GET", f"/v1/jobs/{w.job_id}")
+        if s.ok and body.get("summaries", "done") == "done":
+            return True
+        await asyncio.sleep(POLL_S)
+    return False
 
 
 async def wait_retrieved(http: httpx.AsyncClient, rec: Recorder, doc: dict[str, str], want: bool,
@@ -263,8 +275,14 @@ async def track_write(http: httpx.AsyncClient, rec: Recorder, w: Write, doc: dic
     if not await wait_retrieved(http, rec, doc, w.op == "insert", deadline):
         w.outcome = "timeout_visible"
         return
-    w.visible_s, w.outcome = round(time.perf_counter() - acked, 3), "ok"
+    w.visible_s = round(time.perf_counter() - acked, 3)
     rec.event("retrievable" if w.op == "insert" else "gone", doc_id=w.doc_id)
+    if w.op == "insert":
+        if not await wait_summarized(http, rec, w, deadline):
+            w.outcome = "timeout_summaries"
+            return
+        w.summarized_s = round(time.perf_counter() - acked, 3)
+    w.outcome = "ok"
 
 
 # -- the server under test -------------------------------------------------------------------

@@ -246,6 +246,8 @@ def ingest_stats(writes: list[dict[str, Any]]) -> dict[str, Any]:
                    "outcomes": dict(Counter(w["outcome"] for w in mine)),
                    "lag_job_done_s": lag_stats(w["done_s"] for w in mine),
                    f"lag_{reached}_s": lag_stats(w["visible_s"] for w in mine)}
+        if op == "insert":
+            out[op]["lag_summarized_s"] = lag_stats(w.get("summarized_s") for w in mine)
     out["problems"] = [w for w in writes if w["outcome"] != "ok"]
     return out
 
@@ -314,13 +316,16 @@ def _lag(l: dict[str, Any]) -> str:
 
 
 def _ingest_md(ing: dict[str, Any]) -> list[str]:
-    lines = ["Ingest lag, seconds from the 202, p50 / p95 / max:", "",
-             "| write | sent | acked | outcomes | to job done | to retrievable / gone |", "|---|---|---|---|---|---|"]
+    lines = ["Ingest lag, seconds from the 202, p50 / p95 / max. Inserts are served before their summaries, "
+             "which follow when the updater is idle (at most `updates.defer_summaries_s` later):", "",
+             "| write | sent | acked | outcomes | to job done | to retrievable / gone | to summarized |",
+             "|---|---|---|---|---|---|---|"]
     for op, reached in (("insert", "retrievable"), ("delete", "gone")):
         g = ing[op]
         outcomes = ", ".join(f"{k}×{n}" for k, n in g["outcomes"].items()) or "–"
+        summarized = _lag(g["lag_summarized_s"]) if "lag_summarized_s" in g else "–"
         lines.append(f"| {op} | {g['sent']} | {g['acked']} | {outcomes} | {_lag(g['lag_job_done_s'])} | "
-                     f"{_lag(g[f'lag_{reached}_s'])} |")
+                     f"{_lag(g[f'lag_{reached}_s'])} | {summarized} |")
     lines.append("")
     for w in ing["problems"]:
         lines.append(f"- **{w['op']} {w['doc_id']}: {w['outcome']}** (job {w['job_id']}, last status "
@@ -504,7 +509,8 @@ def summary(report: dict[str, Any]) -> str:
         if "ingest" in sc:
             i = sc["ingest"]["insert"]
             lines.append(f"[{TAG}]    inserts {i['acked']}/{i['sent']} acked, lag to done {_lag(i['lag_job_done_s'])}, "
-                         f"to retrievable {_lag(i['lag_retrievable_s'])}; problems {len(sc['ingest']['problems'])}")
+                         f"to retrievable {_lag(i['lag_retrievable_s'])}, to summarized {_lag(i['lag_summarized_s'])}; "
+                         f"problems {len(sc['ingest']['problems'])}")
         if "chat" in sc:
             lines.append(f"[{TAG}]    chat TTFT p50 {sc['chat']['ttft']['p50_ms']} ms, total p50 "
                          f"{sc['chat']['total']['p50_ms']} ms")

@@ -13,6 +13,11 @@ updater replays them; ids are content-derived, so replaying upserts the same row
 between 2 and 3 leaves rows no version knows; the next start deletes them again from the
 current manifest's `retired` list. Hence every acknowledged job is applied exactly once.
 
+Served inserts become retrievable before their summaries: an insert-only batch is published
+without its hierarchy step (the slow part: EraRAG re-summarizes every bucket the new nodes
+reach, in every layer), and the next idle moment publishes the summaries for every batch since,
+as a version of their own; `updates.defer_summaries_s` bounds the wait. Deletes never wait.
+
 It also runs HyperRAG's online learning (indexing/online.py): L_inc steps for the subgraphs
 that `hyperbolic` queries send, upserted into the current hyperbolic collection (readers take
 points from it), and every `updates.recalibrate_every` queries a retrain in a background thread,
@@ -45,7 +50,7 @@ from hygraph.errors import BackendError, IndexNotReady, StoreError, StoreUnavail
 from hygraph.indexing.build import _stats, _write_tables
 from hygraph.indexing.online import OnlineLearner, Recalibration, install, observation, retrain
 from hygraph.indexing.state import IndexState, load_state
-from hygraph.indexing.update import Applier, Delta, fold_jobs
+from hygraph.indexing.update import PENDING, Applier, Delta, fold_jobs
 from hygraph.store.journal import Job, Journal
 from hygraph.store.snapshot import SnapshotStore
 
@@ -122,8 +127,12 @@ class IndexUpdater:
         failed = self.journal.failed()
         return [j for j in self.journal.jobs(offset) if j.job_id not in failed]
 
-    def step(self) -> dict[str, Any] | None:
+    def step(self, defer_summaries: bool = False) -> dict[str, Any] | None:
         """Apply up to `updates.max_batch_jobs` pending jobs as one version; None when nothing is pending.
+
+        `defer_summaries` (the serving updater): an insert-only batch is published without its
+        hierarchy step, which `summarize_pending` runs once the journal is idle, or which the
+        first batch after `updates.defer_summaries_s` runs with its own.
 
         A batch that fails for a non-retryable reason is retried one job at a time, and the job
         that fails alone is marked failed, so one bad job never blocks the journal.
@@ -131,9 +140,12 @@ class IndexUpdater:
         jobs = self.pending()[:self.cfg.updates.max_batch_jobs]
         if not jobs:
             return None
+        if defer_summaries:
+            pending = self._load().manifest.get(PENDING)
+            defer_summaries = pending is None or time.time() - pending["since"] < self.cfg.updates.defer_summaries_s
         self.journal.set_running([j.job_id for j in jobs])
         try:
-            return self._apply(jobs)
+            return self._apply(jobs, defer_summaries)
         except RETRYABLE:
             self.state = None
             raise
@@ -143,15 +155,32 @@ class IndexUpdater:
                 log.exception("journal job %s failed", jobs[0].job_id)
                 self.journal.mark_failed(jobs[0].job_id, f"{type(exc).__name__}: {exc}")
                 return None
-            return self._apply_one_by_one(jobs)
+            return self._apply_one_by_one(jobs, defer_summaries)
         finally:
             self.journal.set_running([])
 
-    def _apply_one_by_one(self, jobs: list[Job]) -> dict[str, Any] | None:
+    def summarize_pending(self) -> dict[str, Any] | None:
+        """Publish the hierarchy step deferred by earlier batches; None when nothing waits for it."""
+        state = self._load()
+        pending = state.manifest.get(PENDING)
+        if pending is None:
+            return None
+        try:
+            delta = self.applier.summarize_pending(state)
+            update = {**delta.stats, "summarized_after_offset": pending["after_offset"]}
+            version = self._publish(state, delta, int(state.manifest.get("journal_offset", 0)), update)
+        except Exception:
+            self.state = None  # the hierarchy changed in memory: reload what is published
+            raise
+        log.info("summaries of %d nodes published as version %d: %s", delta.stats["summarized_nodes"], version,
+                 delta.stats)
+        return {"version": version, "pending_s": time.time() - pending["since"], **delta.stats}
+
+    def _apply_one_by_one(self, jobs: list[Job], defer_summaries: bool) -> dict[str, Any] | None:
         last = None
         for job in jobs:
             try:
-                last = self._apply([job])
+                last = self._apply([job], defer_summaries)
             except RETRYABLE:
                 self.state = None
                 raise
@@ -162,15 +191,16 @@ class IndexUpdater:
         return last
 
     def run_until_idle(self) -> list[dict[str, Any]]:
+        """Every pending job, with summaries (including any a stopped server left deferred)."""
         out = []
-        while (result := self.step()) is not None:
+        while (result := self.step() or self.summarize_pending()) is not None:
             out.append(result)
         return out
 
-    def _apply(self, jobs: list[Job]) -> dict[str, Any]:
+    def _apply(self, jobs: list[Job], defer_summaries: bool = False) -> dict[str, Any]:
         state = self._load()
         batch = fold_jobs(jobs, {d.id: d.text for d in state.docs})
-        delta = self.applier.apply(state, batch)
+        delta = self.applier.apply(state, batch, defer_summaries)
         version = self._publish(state, delta, batch.end_offset, {**delta.stats, "jobs": batch.job_ids})
         self.applied_batches += 1
         log.info("applied %d journal jobs as version %d: %s", len(jobs), version, delta.stats)
@@ -343,12 +373,15 @@ class OnlineUpdater:
         from ray.util import metrics
 
         self.steps = metrics.Counter("hygraph_updater_steps_total", "Updater steps by outcome (applied, "
-                                     "deferred, online, recalibrated).", tag_keys=("kind",))
+                                     "summarized, deferred, online, recalibrated).", tag_keys=("kind",))
         self.step_seconds = metrics.Histogram("hygraph_online_step_seconds", "Seconds of one L_inc step "
                                               "(HyperRAG 3.3) for one query's subgraph.",
                                               boundaries=[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5])
         self.lag = metrics.Histogram("hygraph_ingest_lag_seconds", "Seconds from a write's 202 to the "
                                      "version that applies it.", boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
+        self.summary_lag = metrics.Histogram("hygraph_summary_lag_seconds", "Seconds from an insert's version to "
+                                             "the version with its summaries (updates.defer_summaries_s).",
+                                             boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
         self.version = metrics.Gauge("hygraph_updater_version", "Last index version the updater published.")
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -385,13 +418,20 @@ class OnlineUpdater:
             if SnapshotStore(self.index_dir).current_version() is None:
                 return False
             self.updater = IndexUpdater(self.cfg, self.index_dir)
-        result = self.updater.step()
+        result = self.updater.step(defer_summaries=self.cfg.updates.defer_summaries_s > 0)
         if result is not None:
             self.last_result, self.last_error = result, None
             self.steps.inc(tags={"kind": "applied"})
             self.version.set(result["version"])
             for lag in result["lag_s"]:
                 self.lag.observe(lag)
+            return True
+        summarized = self.updater.summarize_pending()
+        if summarized is not None:
+            self.last_result = summarized
+            self.steps.inc(tags={"kind": "summarized"})
+            self.version.set(summarized["version"])
+            self.summary_lag.observe(summarized["pending_s"])
             return True
         recalibrated = self.updater.recalibrate_step()
         if recalibrated is not None:
@@ -423,7 +463,11 @@ class OnlineUpdater:
             return {"starting": True, "index_version": SnapshotStore(self.index_dir).current_version(),
                     "last_error": self.last_error}
         learner = self.updater.learner
+        waiting = self.updater.store.open().manifest.get(PENDING)
         return {"pending": len(self.updater.pending()), "applied_batches": self.updater.applied_batches,
+                "summaries_pending": None if waiting is None else {
+                    "nodes": len(waiting["chunks"]) + len(waiting["entities"]),
+                    "age_s": round(time.time() - waiting["since"], 3)},
                 "last_result": self.last_result, "last_error": self.last_error,
                 "online": {"steps": learner.steps, "queued": len(learner.pending), "dropped": learner.dropped,
                            "since_recalibration": learner.since_recalibration,
@@ -484,14 +528,21 @@ def _wait(store: SnapshotStore, journal: Journal, job: Job, wait_s: float) -> di
                 if update:
                     results.append({"version": v, **update})
             seen = current
-        status, error = journal.status(job, int(store.open().manifest.get("journal_offset", 0)))
+        manifest = store.open().manifest
+        status, error = journal.status(job, int(manifest.get("journal_offset", 0)))
         if status == "failed":
             raise StoreError(f"job {job.job_id} failed: {error}")
-        if status == "done":
+        if status == "done" and not summaries_pending(manifest, job):
             return _totals(results, store)
         time.sleep(0.2)
     raise StoreError(f"job {job.job_id} was not applied within {wait_s:.0f} s; it stays journaled "
                      f"(GET /v1/jobs/{job.job_id})")
+
+
+def summaries_pending(manifest: dict[str, Any], job: Job) -> bool:
+    """Whether a done job's documents still wait for their summaries (a deferred hierarchy step)."""
+    pending = manifest.get(PENDING)
+    return pending is not None and job.end_offset > int(pending["after_offset"])
 
 
 def _totals(results: list[dict[str, Any]], store: SnapshotStore) -> dict[str, Any]:

@@ -30,6 +30,10 @@ from hygraph.indexing.state import IndexState
 from hygraph.model import Document, Entity
 from hygraph.store.journal import Job
 
+# Manifest key of the layer-0 nodes whose hierarchy step was deferred: {"chunks", "entities",
+# "since" (epoch s of the first deferral), "after_offset" (journal offset the deferral began after)}.
+PENDING = "summaries_pending"
+
 
 @dataclass
 class Batch:
@@ -83,7 +87,11 @@ class Applier:
     def __init__(self, cfg: HygraphConfig, embedder: Embedder, llm: LLM, device: str = "cpu") -> None:
         self.cfg, self.embedder, self.llm, self.device = cfg, embedder, llm, device
 
-    def apply(self, state: IndexState, batch: Batch) -> Delta:
+    def apply(self, state: IndexState, batch: Batch, defer_summaries: bool = False) -> Delta:
+        """`defer_summaries`: a batch that only adds leaves its hierarchy step to `summarize_pending`
+        (the documents are served at once, their summaries a version later); the pending nodes are
+        kept in the manifest, so they survive a restart. A batch that removes anything always runs
+        it, pending nodes included, so no summary keeps quoting deleted text."""
         t0 = time.perf_counter()
         before = {role: u.calls for role, u in self.llm.usage.roles.items()}
         delta = Delta()
@@ -112,7 +120,8 @@ class Applier:
 
         summaries_rebuilt = 0
         if state.kb is not None:
-            summaries_rebuilt = self._graph(state, chunks, removed_chunks, removed_text, old, delta)
+            summaries_rebuilt = self._graph(state, chunks, removed_chunks, removed_text, old, delta,
+                                            defer_summaries)
         if state.hyp is not None:
             self._hyperbolic(state, keep, len(chunks), delta)
         new = _snapshot_ids(state)
@@ -124,14 +133,30 @@ class Applier:
                  if u.calls - before.get(role, 0)}
         delta.stats = {"documents_added": len(new_docs), "documents_removed": len(batch.remove),
                        "chunks_added": len(chunks), "chunks_removed": len(removed_chunks),
-                       "summaries_rebuilt": summaries_rebuilt,
-                       "nodes_touched": sum(len(ids) for ids, _, _ in delta.upserts.values())
-                       + sum(len(v) for v in delta.retired.values()),
-                       "llm_calls": calls, "seconds": round(time.perf_counter() - t0, 3)}
+                       **_touched(delta, summaries_rebuilt, calls, t0)}
+        return delta
+
+    def summarize_pending(self, state: IndexState) -> Delta:
+        """The hierarchy step that `apply(defer_summaries=True)` left for later, for every batch since."""
+        t0 = time.perf_counter()
+        before = {role: u.calls for role, u in self.llm.usage.roles.items()}
+        pending = state.manifest.pop(PENDING, None)
+        delta = Delta()
+        if pending is None or state.hier is None:
+            return delta
+        old = _snapshot_ids(state)
+        rebuilt = self._hierarchy(state, pending["chunks"], pending["entities"], [], [], old, delta)
+        gone = sorted(old["summaries"] - set(state.hier.ids))
+        if gone:
+            delta.retired["summaries"] = gone
+        calls = {role: u.calls - before.get(role, 0) for role, u in self.llm.usage.roles.items()
+                 if u.calls - before.get(role, 0)}
+        delta.stats = {"summarized_nodes": len(pending["chunks"]) + len(pending["entities"]),
+                       **_touched(delta, rebuilt, calls, t0)}
         return delta
 
     def _graph(self, state: IndexState, chunks: list, removed_chunks: list[str], removed_text: list[str],
-               old: dict[str, set[str]], delta: Delta) -> int:
+               old: dict[str, set[str]], delta: Delta, defer_summaries: bool) -> int:
         kb = state.kb
         assert kb is not None and state.graph is not None and state.cleora is not None
         stale = self._withdraw(kb, removed_chunks, removed_text)
@@ -167,7 +192,16 @@ class Applier:
         delta.upserts["hyperedges"] = (new_hyperedges, vecs[n_e + n_r:], None)
         if state.hier is None:
             return 0
-        return self._hierarchy(state, [c.id for c in chunks], new_entities, removed_chunks, stale, old, delta)
+        present = set(graph.chunk_ids) | set(graph.entity_ids)
+        pending = state.manifest.pop(PENDING, None) or {"chunks": [], "entities": [], "since": time.time(),
+                                                        "after_offset": state.manifest.get("journal_offset", 0)}
+        # Pending nodes a later batch deleted are gone; a replaced one is placed once, with its new text.
+        new_chunks = [c for c in dict.fromkeys(pending["chunks"] + [c.id for c in chunks]) if c in present]
+        new_entities = [e for e in dict.fromkeys(pending["entities"] + new_entities) if e in present]
+        if defer_summaries and not removed_chunks and not stale and (old["chunks"] | old["entities"]) <= present:
+            state.manifest[PENDING] = {**pending, "chunks": new_chunks, "entities": new_entities}
+            return 0
+        return self._hierarchy(state, new_chunks, new_entities, removed_chunks, stale, old, delta)
 
     @staticmethod
     def _withdraw(kb: Any, removed_chunks: list[str], removed_text: list[str]) -> list[str]:
@@ -265,6 +299,13 @@ class Applier:
         delta.upserts["hyperbolic"] = ([ids[i] for i in rows],
                                        hyperbolic.storage_vectors(points[rows], state.hyp["M"]).astype(np.float32),
                                        None)
+
+
+def _touched(delta: Delta, summaries_rebuilt: int, calls: dict[str, int], t0: float) -> dict[str, Any]:
+    return {"summaries_rebuilt": summaries_rebuilt,
+            "nodes_touched": sum(len(ids) for ids, _, _ in delta.upserts.values())
+            + sum(len(v) for v in delta.retired.values()),
+            "llm_calls": calls, "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def _snapshot_ids(state: IndexState) -> dict[str, set[str]]:

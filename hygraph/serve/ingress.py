@@ -14,7 +14,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hygraph import __version__
-from hygraph.cluster.updater import updater_name
+from hygraph.cluster.updater import summaries_pending, updater_name
 from hygraph.config import HygraphConfig
 from hygraph.core.retrieval.context import Context
 from hygraph.engine import check_request, result
@@ -244,6 +244,8 @@ class Ingress:
             status, error = await asyncio.to_thread(self.journal.status, job, int(manifest["journal_offset"]))
             body = {"job_id": job_id, "op": job.op, "status": status,
                     "index_version": manifest["version"] if status == "done" else None}
+            if status == "done" and job.op == "insert":
+                body["summaries"] = "pending" if summaries_pending(manifest, job) else "done"
             if error:
                 body["error"] = error
             return JSONResponse(body)

@@ -167,6 +167,12 @@ def test_writes_need_the_key_are_journaled_and_applied_under_query_load(server):
                 assert time.monotonic() < deadline, "the Retriever did not follow the updater"
                 time.sleep(0.5)
             assert out["passages"][0]["id"] == doc["id"]
+            # Served before its summaries (updates.defer_summaries_s); they follow once the journal is idle.
+            assert inserted["summaries"] in ("pending", "done")
+            deadline = time.monotonic() + 120
+            while authed.job(accepted["job_id"])["summaries"] != "done":
+                assert time.monotonic() < deadline, "the deferred summaries never landed"
+                time.sleep(0.5)
             deleted = authed.delete_document(doc["id"])
             assert deleted["job_id"] != accepted["job_id"]
             removed = _wait_done(authed, deleted["job_id"])

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hygraph.cluster.updater import IndexUpdater
+from hygraph.cluster.updater import IndexUpdater, summaries_pending
 from hygraph.config import load_config
 from hygraph.core.hyperbolic import init_from_text, poincare_distance
 from hygraph.engine import MODES, QueryEngine
@@ -179,3 +179,65 @@ def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collect
     finally:
         updater.close()
         engine.close()
+
+
+def _leaves(index_dir: Path) -> set[str]:
+    return {leaf for lv in SnapshotStore(index_dir).open().table("summaries").column("leaves").to_pylist()
+            for leaf in lv}
+
+
+def _chunks_of(index_dir: Path, doc_id: str) -> set[str]:
+    t = SnapshotStore(index_dir).open().table("chunks").to_pydict()
+    return {c for c, d in zip(t["id"], t["doc_id"]) if d == doc_id}
+
+
+def test_served_inserts_are_retrievable_before_their_summaries_and_deletes_never_wait(built_index):
+    """The serving updater's deferred hierarchy step: an insert-only batch is published without new
+    summaries (and the document is retrievable at once), later batches accumulate, one version then
+    summarizes them all; a delete runs the hierarchy at once, pending inserts included."""
+    index_dir, _ = built_index
+    cfg = load_config(None)
+    docs = _new_docs(index_dir, 4, skip=20)
+    journal, store = Journal(index_dir), SnapshotStore(index_dir)
+    updater = IndexUpdater(cfg, index_dir)
+    engine = QueryEngine(cfg, index_dir)
+    try:
+        start = store.current_version()
+        summaries = _summaries(index_dir, start)
+        jobs = []
+        for doc in docs[:2]:
+            jobs.append(journal.append("insert", {"documents": [{**doc, "metadata": {}}]}))
+            out = updater.step(defer_summaries=True)
+            assert out["summaries_rebuilt"] == 0 and set(out["llm_calls"]) == {"extract"}
+        manifest = store.open().manifest
+        assert store.current_version() == start + 2 and _summaries(index_dir, start + 2) == summaries
+        pending = manifest["summaries_pending"]
+        new_chunks = _chunks_of(index_dir, docs[0]["id"]) | _chunks_of(index_dir, docs[1]["id"])
+        assert set(pending["chunks"]) == new_chunks and pending["entities"]
+        assert all(summaries_pending(manifest, job) for job in jobs)
+        assert not new_chunks & _leaves(index_dir)
+        assert engine.refresh()
+        hit = engine.query(docs[1]["title"], mode="dense")
+        assert hit["passages"][0]["id"] == docs[1]["id"]  # served before its summaries exist
+
+        out = updater.summarize_pending()
+        assert out["version"] == start + 3 and out["summaries_rebuilt"] == out["llm_calls"]["summarize"] > 0
+        manifest = store.open().manifest
+        assert "summaries_pending" not in manifest and not any(summaries_pending(manifest, j) for j in jobs)
+        assert new_chunks <= _leaves(index_dir)
+        assert updater.summarize_pending() is None
+
+        # A delete does not wait: deleting a pending document and the pending one next to it.
+        journal.append("insert", {"documents": [{**docs[2], "metadata": {}}]})
+        journal.append("insert", {"documents": [{**docs[3], "metadata": {}}]})
+        assert updater.step(defer_summaries=True)["summaries_rebuilt"] == 0
+        deleted, kept = _chunks_of(index_dir, docs[2]["id"]), _chunks_of(index_dir, docs[3]["id"])
+        journal.append("delete", {"ids": [docs[2]["id"]]})
+        out = updater.step(defer_summaries=True)
+        assert out["documents_removed"] == 1 and out["summaries_rebuilt"] > 0
+        assert "summaries_pending" not in store.open().manifest
+        leaves = _leaves(index_dir)
+        assert kept <= leaves and not deleted & leaves
+    finally:
+        engine.close()
+        updater.close()

@@ -42,7 +42,8 @@ def _write(op: str, outcome: str = "ok", done: float | None = 1.0, visible: floa
 
 
 def test_ingest_stats_separates_job_done_from_retrievable_and_lists_problems():
-    writes = [_write("insert", done=1.0, visible=2.0), _write("insert", done=3.0, visible=5.0),
+    writes = [_write("insert", done=1.0, visible=2.0, summarized_s=6.0), _write("insert", done=3.0, visible=5.0,
+                                                                           summarized_s=8.0),
               _write("insert", "timeout_job", done=None, visible=None),
               _write("insert", "rejected", done=None, visible=None, acked_t=None),
               _write("delete", done=2.0, visible=4.0)]
@@ -52,7 +53,8 @@ def test_ingest_stats_separates_job_done_from_retrievable_and_lists_problems():
     assert ins["outcomes"] == {"ok": 2, "timeout_job": 1, "rejected": 1}
     assert ins["lag_job_done_s"] == {"n": 2, "p50_s": 2.0, "p95_s": 2.9, "p99_s": 2.98, "max_s": 3.0}
     assert ins["lag_retrievable_s"]["p50_s"] == 3.5 and ins["lag_retrievable_s"]["max_s"] == 5.0
-    assert ing["delete"]["lag_gone_s"]["n"] == 1
+    assert ins["lag_summarized_s"]["p50_s"] == 7.0 and ins["lag_summarized_s"]["n"] == 2
+    assert ing["delete"]["lag_gone_s"]["n"] == 1 and "lag_summarized_s" not in ing["delete"]
     assert [w["outcome"] for w in ing["problems"]] == ["timeout_job", "rejected"]
 
 
