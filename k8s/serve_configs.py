@@ -1,14 +1,16 @@
 """Writes the Serve configs that kustomize embeds as the RayService's `serveConfigV2`.
 
-    python k8s/serve_configs.py           # regenerate the three files below
+    python k8s/serve_configs.py           # regenerate the four files below
     python k8s/serve_configs.py --check   # exit 1 when one of them is out of date
 
-Each file is `hygraph.serve.app.serve_config` of a cluster profile, with the paths the pods see
-(the ConfigMap at /etc/hygraph, the index PVC at /data/index):
+The hygraph files are `hygraph.serve.app.serve_config` of a cluster profile, with the paths the
+pods see (the ConfigMap at /etc/hygraph, the index PVC at /data/index):
 
-    k8s/base/serve-config.yaml            configs/k8s.yaml
-    k8s/overlays/local/serve-config.yaml  configs/k8s.yaml, deployments shrunk to a 2-CPU worker
-    k8s/overlays/gpu/serve-config.yaml    configs/gpu.yaml, plus the vLLM app (ray.serve.llm) at /llm
+    k8s/base/serve-config.yaml                configs/k8s.yaml
+    k8s/overlays/local/serve-config.yaml      configs/k8s.yaml, deployments shrunk to a 2-CPU worker
+    k8s/overlays/gpu/serve-config.yaml        configs/gpu.yaml
+    k8s/overlays/gpu/llm-serve-config.yaml    configs/gpu.yaml's vLLM app (ray.serve.llm) at /llm,
+                                              for the separate hygraph-llm RayService
 
 A Serve config's `deployments` entries override the options in code, so the local overlay keeps
 configs/k8s.yaml for everything else. tests/unit/test_k8s_manifests.py checks the files against
@@ -64,12 +66,15 @@ def llm_application(cfg: HygraphConfig) -> dict[str, Any]:
 
 
 def render(target: str) -> tuple[str, dict[str, Any]]:
-    """(source profile, Serve config) for `base`, `local` or `gpu`."""
-    if target == "gpu":
+    """(source profile, Serve config) for `base`, `local`, `gpu` or `gpu-llm`."""
+    if target in ("gpu", "gpu-llm"):
         cfg = load_config(ROOT / "configs" / "gpu.yaml", env={})
         doc = serve_config(cfg, f"{CONFIG_DIR}/gpu.yaml", INDEX_DIR)
-        if cfg.llm.backend == "vllm" and cfg.llm.vllm_model_source:
-            doc["applications"].append(llm_application(cfg))
+        if target == "gpu-llm":
+            if cfg.llm.backend != "vllm" or not cfg.llm.vllm_model_source:
+                raise SystemExit("configs/gpu.yaml: the hygraph-llm RayService serves llm.backend vllm "
+                                 "with llm.vllm_model_source; set both, or drop llm-rayservice.yaml")
+            doc["applications"] = [llm_application(cfg)]
         return "configs/gpu.yaml", doc
     overrides = {"serve": LOCAL_SERVE} if target == "local" else {}
     cfg = load_config(ROOT / "configs" / "k8s.yaml", env={}, **overrides)
@@ -78,7 +83,8 @@ def render(target: str) -> tuple[str, dict[str, Any]]:
 
 TARGETS = {"base": ROOT / "k8s" / "base" / "serve-config.yaml",
            "local": ROOT / "k8s" / "overlays" / "local" / "serve-config.yaml",
-           "gpu": ROOT / "k8s" / "overlays" / "gpu" / "serve-config.yaml"}
+           "gpu": ROOT / "k8s" / "overlays" / "gpu" / "serve-config.yaml",
+           "gpu-llm": ROOT / "k8s" / "overlays" / "gpu" / "llm-serve-config.yaml"}
 
 
 def text(target: str) -> str:

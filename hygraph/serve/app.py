@@ -62,7 +62,7 @@ def llm_app(cfg: HygraphConfig) -> Application | None:
     try:
         from ray.serve.llm import LLMConfig, build_openai_app
     except ImportError:
-        raise ConfigError("llm.backend: vllm needs vLLM (install the package's `gpu` extra)") from None
+        raise ConfigError("llm.backend: vllm needs vLLM (install the package's `llm` extra)") from None
     return build_openai_app({"llm_configs": [LLMConfig(
         model_loading_config={"model_id": cfg.llm.model, "model_source": cfg.llm.vllm_model_source},
         engine_kwargs={"tensor_parallel_size": cfg.llm.vllm_tensor_parallel_size})]})

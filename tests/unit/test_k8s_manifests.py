@@ -4,7 +4,7 @@
   `kubectl kustomize`; the tests that need it skip, saying so, when neither is on PATH);
 - every core object, and every pod template inside the RayService, passes the Kubernetes JSON
   schema (kubernetes-validate, bundled schemas, strict: unknown fields are errors);
-- the RayService has the fields KubeRay's ray.io/v1 API defines, in the shape it needs (the
+- the RayServices have the fields KubeRay's ray.io/v1 API defines, in the shape it needs (the
   KubeRay CRD schema itself is on no package registry, so it is not used here);
 - serveConfigV2 is a valid Serve config (ServeDeploySchema), generated from the profiles, and
   its import paths resolve;
@@ -28,6 +28,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
@@ -102,8 +103,12 @@ def ray_groups(rs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [("head", cluster["headGroupSpec"])] + [(g["groupName"], g) for g in cluster["workerGroupSpecs"]]
 
 
-def serve_doc(target: str) -> dict[str, Any]:
-    return yaml.safe_load(one(target, "RayService")["spec"]["serveConfigV2"])
+def rayservices(target: str) -> list[dict[str, Any]]:
+    return [d for d in rendered(target) if d["kind"] == "RayService"]
+
+
+def serve_doc(target: str, name: str = "hygraph") -> dict[str, Any]:
+    return yaml.safe_load(one(target, "RayService", name)["spec"]["serveConfigV2"])
 
 
 @lru_cache(maxsize=None)
@@ -162,8 +167,8 @@ def test_renders_the_expected_objects(target):
     kinds = sorted(d["kind"] for d in objs)
     expected = ["ConfigMap", "ConfigMap", "CronJob", "Namespace", "PersistentVolumeClaim", "PodMonitor",
                 "RayService", "Service"]
-    if target == "gpu":
-        expected.append("PersistentVolumeClaim")
+    if target == "gpu":  # the models volume and vLLM's own RayService
+        expected += ["PersistentVolumeClaim", "RayService"]
     assert kinds == sorted(expected)
     for d in objs:
         if d["kind"] != "Namespace":
@@ -182,15 +187,16 @@ def test_core_objects_pass_the_kubernetes_schema(target):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         checked += 1
     assert checked >= 5
-    # the RayService's pod templates are core PodTemplateSpecs: check them as such
-    for group, spec in ray_groups(one(target, "RayService")):
-        wrapper = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"hygraph-{group}"},
-                   "template": spec["template"]}
-        kubernetes_validate.validate(wrapper, K8S_VERSION, strict=True)
+    # the RayServices' pod templates are core PodTemplateSpecs: check them as such
+    for rs in rayservices(target):
+        for group, spec in ray_groups(rs):
+            wrapper = {"apiVersion": "v1", "kind": "PodTemplate",
+                       "metadata": {"name": f"{rs['metadata']['name']}-{group}"}, "template": spec["template"]}
+            kubernetes_validate.validate(wrapper, K8S_VERSION, strict=True)
 
 
 def test_the_schema_check_catches_a_typo():
-    rs = one("base", "RayService")
+    rs = one("base", "RayService", "hygraph")
     bad = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
            "template": copy.deepcopy(rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"])}
     bad["template"]["spec"]["containers"][0]["volumeMount"] = []
@@ -200,44 +206,47 @@ def test_the_schema_check_catches_a_typo():
 
 # ---------------------------------------------------------------------------------------- RayService
 
+def _dockerfile_ray_version() -> str:
+    return re.search(r"^ARG RAY_VERSION=(\S+)$", (K8S / "image" / "Dockerfile").read_text(), re.M).group(1)
+
+
 @pytest.mark.parametrize("target", list(TARGETS))
-def test_rayservice_has_kuberay_v1_shape(target):
-    rs = one(target, "RayService", "hygraph")
-    assert rs["apiVersion"] == "ray.io/v1"
-    spec = rs["spec"]
-    assert set(spec) <= RAYSERVICE_SPEC and {"serveConfigV2", "rayClusterConfig"} <= set(spec)
-    assert isinstance(spec["serveConfigV2"], str)
-    assert spec["upgradeStrategy"]["type"] in UPGRADE_TYPES
-    cluster = spec["rayClusterConfig"]
-    assert set(cluster) <= RAYCLUSTER_SPEC and "headGroupSpec" in cluster
-    assert cluster["enableInTreeAutoscaling"] is True
-    assert set(cluster["autoscalerOptions"]) <= AUTOSCALER_OPTIONS
-    assert cluster["autoscalerOptions"]["upscalingMode"] in ("Default", "Conservative", "Aggressive")
-    assert set(cluster["headGroupSpec"]) <= HEAD_GROUP
-    names = [g["groupName"] for g in cluster["workerGroupSpecs"]]
-    assert len(names) == len(set(names))
-    for g in cluster["workerGroupSpecs"]:
-        assert set(g) <= WORKER_GROUP and {"groupName", "rayStartParams", "template"} <= set(g)
-        assert 0 <= g["minReplicas"] <= g.get("replicas", g["minReplicas"]) <= g["maxReplicas"]
-    for group, g in ray_groups(rs):
-        params = g["rayStartParams"]
-        assert all(isinstance(v, str) for v in params.values()), f"{group}: rayStartParams values must be strings"
-        assert params["metrics-export-port"] == "8080"
-        [container] = g["template"]["spec"]["containers"]
-        assert {"name": "metrics", "containerPort": 8080} in container["ports"]
-    assert cluster["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
-    # the image's Ray is the one KubeRay is told about, and the package accepts it
-    dockerfile = (K8S / "image" / "Dockerfile").read_text()
-    ray_arg = re.search(r"^ARG RAY_VERSION=(\S+)$", dockerfile, re.M).group(1)
-    assert cluster["rayVersion"] == ray_arg
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    ray_spec = re.search(r'"ray\[[^\]]*\]([^"]+)"', pyproject).group(1)
-    assert ray_arg in SpecifierSet(ray_spec)
+def test_rayservices_have_kuberay_v1_shape(target):
+    for rs in rayservices(target):
+        name = rs["metadata"]["name"]
+        assert rs["apiVersion"] == "ray.io/v1"
+        spec = rs["spec"]
+        assert set(spec) <= RAYSERVICE_SPEC and {"serveConfigV2", "rayClusterConfig"} <= set(spec)
+        assert isinstance(spec["serveConfigV2"], str)
+        assert spec["upgradeStrategy"]["type"] in UPGRADE_TYPES
+        cluster = spec["rayClusterConfig"]
+        assert set(cluster) <= RAYCLUSTER_SPEC and "headGroupSpec" in cluster
+        assert cluster["enableInTreeAutoscaling"] is True
+        assert set(cluster["autoscalerOptions"]) <= AUTOSCALER_OPTIONS
+        assert cluster["autoscalerOptions"]["upscalingMode"] in ("Default", "Conservative", "Aggressive")
+        assert set(cluster["headGroupSpec"]) <= HEAD_GROUP
+        names = [g["groupName"] for g in cluster["workerGroupSpecs"]]
+        assert len(names) == len(set(names))
+        for g in cluster["workerGroupSpecs"]:
+            assert set(g) <= WORKER_GROUP and {"groupName", "rayStartParams", "template"} <= set(g)
+            assert 0 <= g["minReplicas"] <= g.get("replicas", g["minReplicas"]) <= g["maxReplicas"]
+        for group, g in ray_groups(rs):
+            params = g["rayStartParams"]
+            assert all(isinstance(v, str) for v in params.values()), f"{name} {group}: rayStartParams must be strings"
+            assert params["metrics-export-port"] == "8080"
+            [container] = g["template"]["spec"]["containers"]
+            assert {"name": "metrics", "containerPort": 8080} in container["ports"]
+        # every Ray in the deployment is the hygraph image's, and the package accepts it
+        assert cluster["rayVersion"] == _dockerfile_ray_version(), name
+    hygraph = one(target, "RayService", "hygraph")["spec"]["rayClusterConfig"]
+    assert hygraph["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
+    ray_spec = re.search(r'"ray\[[^\]]*\]([^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert _dockerfile_ray_version() in SpecifierSet(ray_spec)
 
 
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_worker_groups_per_overlay(target):
-    rs = one(target, "RayService")
+    rs = one(target, "RayService", "hygraph")
     groups = {g["groupName"]: g for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
     tag = "gpu" if target == "gpu" else "cpu"
     for _, g in ray_groups(rs):
@@ -256,7 +265,7 @@ def test_worker_groups_per_overlay(target):
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_ray_pods_get_config_index_and_secrets(target):
     cfg = profile(target)
-    rs = one(target, "RayService")
+    rs = one(target, "RayService", "hygraph")
     cm = one(target, "ConfigMap", next(d["metadata"]["name"] for d in rendered(target)
                                        if d["metadata"]["name"].startswith("hygraph-config-")))
     for name in ("k8s.yaml", "gpu.yaml"):
@@ -305,17 +314,45 @@ def test_serve_config_v2_is_a_serve_config_for_this_profile(target):
                         for d in got["deployments"])
     if target == "local":  # the minimum fits the local overlay's one 2-CPU worker
         assert replicas_cpus <= 2
-    assert (LLM_APP_NAME in apps) == (target == "gpu")
+    assert LLM_APP_NAME not in apps  # vLLM has its own RayService (gpu overlay)
 
 
-def test_gpu_serve_config_deploys_vllm_as_the_profile_says():
+def test_gpu_overlay_runs_vllm_in_its_own_rayservice_where_the_profile_points():
+    """vLLM (ray[llm]) and cuGraph pin incompatible numba versions, so the gpu overlay serves the
+    profile's model from a second RayService on Ray's ray-llm image, at the profile's base_url."""
     cfg = profile("gpu")
-    [app] = [a for a in serve_doc("gpu")["applications"] if a["name"] == LLM_APP_NAME]
-    assert app["route_prefix"] == LLM_ROUTE
+    rs = one("gpu", "RayService", "hygraph-llm")
+    doc = serve_doc("gpu", "hygraph-llm")
+    ServeDeploySchema.model_validate(doc)
+    [app] = doc["applications"]
+    assert app["name"] == LLM_APP_NAME and app["route_prefix"] == LLM_ROUTE
+    # KubeRay names a RayService's Serve Service <name>-serve-svc
+    url = urlsplit(cfg.llm.base_url)
+    assert (url.hostname, url.port, url.path) == (f"{rs['metadata']['name']}-serve-svc",
+                                                  doc["http_options"]["port"], f"{LLM_ROUTE}/v1")
+    groups = dict(ray_groups(rs))
+    for group, g in groups.items():
+        pod = g["template"]["spec"]
+        [container] = pod["containers"]
+        image, tag = container["image"].rsplit(":", 1)
+        assert image == "rayproject/ray-llm" and tag.startswith(f"{rs['spec']['rayClusterConfig']['rayVersion']}-py311-")
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == "/models/hf"
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert mounts["/models"]["readOnly"]
+        one("gpu", "PersistentVolumeClaim", volumes[mounts["/models"]["name"]]["persistentVolumeClaim"]["claimName"])
+    gpu = groups["gpu"]
+    assert int(gpu["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+    [llm] = app["args"]["llm_configs"]
+    assert gpu["maxReplicas"] >= llm["deployment_config"]["autoscaling_config"]["max_replicas"]
+    # the index Job's dashboard Service must select hygraph's head, not this cluster's
+    svc = one("gpu", "Service", "hygraph-ray-dashboard")
+    assert not svc["spec"]["selector"].items() <= groups["head"]["template"]["metadata"]["labels"].items()
     module, attr = app["import_path"].split(":")
     try:
         builder = getattr(importlib.import_module(module), attr)
-    except ImportError as exc:  # ray.serve.llm needs vLLM, which only the `gpu` extra installs
+    except ImportError as exc:  # ray.serve.llm needs vLLM, which only the `llm` extra installs
         assert "vLLM" in str(exc)
         spec = importlib.util.find_spec(module)
         assert spec is not None and f"def {attr}(" in Path(spec.origin).read_text()
@@ -323,7 +360,6 @@ def test_gpu_serve_config_deploys_vllm_as_the_profile_says():
     else:
         assert callable(builder)
         from ray.serve.llm import LLMConfig as llm_config
-    [llm] = app["args"]["llm_configs"]
     assert llm["model_loading_config"] == {"model_id": cfg.llm.model, "model_source": cfg.llm.vllm_model_source}
     assert llm["engine_kwargs"]["tensor_parallel_size"] == cfg.llm.vllm_tensor_parallel_size
     if llm_config is not None:
@@ -353,10 +389,10 @@ def test_index_job_submits_hygraph_index_to_the_cluster(target):
     # exists once the Serve apps run, which needs an index first)
     svc = one(target, "Service")
     assert env["RAY_DASHBOARD"] == f"http://{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
-    head = one(target, "RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]
+    head = one(target, "RayService", "hygraph")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]
     assert svc["spec"]["selector"].items() <= head["metadata"]["labels"].items()
     assert {"name": svc["spec"]["ports"][0]["targetPort"], "containerPort": 8265} in head["spec"]["containers"][0]["ports"]
-    workers = one(target, "RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    workers = one(target, "RayService", "hygraph")["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     assert all(not svc["spec"]["selector"].items() <= g["template"]["metadata"]["labels"].items() for g in workers)
     assert env["HYGRAPH_CONFIG"] == f"{CONFIG_MOUNT}/{PROFILE[target]}"
     assert env["INDEX_DIR"] == INDEX_MOUNT and env["CORPUS"].startswith("/data/corpus/")
@@ -381,10 +417,11 @@ def test_podmonitor_scrapes_every_ray_pod(target):
     selector = pm["spec"]["selector"]["matchLabels"]
     [endpoint] = pm["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
-    for group, g in ray_groups(one(target, "RayService")):
-        labels = g["template"]["metadata"]["labels"]
-        assert selector.items() <= labels.items(), group
-        assert any(p["name"] == endpoint["port"] for p in g["template"]["spec"]["containers"][0]["ports"])
+    for rs in rayservices(target):
+        for group, g in ray_groups(rs):
+            labels = g["template"]["metadata"]["labels"]
+            assert selector.items() <= labels.items(), (rs["metadata"]["name"], group)
+            assert any(p["name"] == endpoint["port"] for p in g["template"]["spec"]["containers"][0]["ports"])
 
 
 def _exported_metrics() -> tuple[set[str], set[str]]:
@@ -458,6 +495,8 @@ def test_image_builds_cpu_and_gpu_variants_offline_at_run_time():
     torch_pin = re.search(r'"torch==([^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
     assert f"ARG TORCH_VERSION={torch_pin}" in text and "download.pytorch.org/whl/cpu" in text
     assert '".[gpu]"' in text and "pip install ." in text
+    # the GPU variant must end with faiss-gpu alone, since faiss-cpu writes the same module
+    assert "pip uninstall -y faiss-cpu faiss-gpu-cu12" in text and "StandardGpuResources" in text
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", "runs", ".git"} <= set(ignored)
     for copied in re.findall(r"^COPY --chown=\S+ (.+) \S+$", text, re.M):

@@ -60,7 +60,7 @@ def test_vllm_generation_is_only_deployed_when_configured():
     try:
         import vllm  # noqa: F401
     except ImportError:
-        with pytest.raises(ConfigError, match="gpu"):
+        with pytest.raises(ConfigError, match="`llm` extra"):
             llm_app(cfg)
     else:
         assert llm_app(cfg) is not None
