@@ -26,9 +26,11 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 
-# Serves runs/demo on 127.0.0.1:8000, building the bundled demo index there first if needed.
+# Serves runs/demo on 127.0.0.1:8000 (`make serve PORT=8001` for another port), building the
+# bundled demo index there first if needed.
+PORT ?= 8000
 serve: $(STAMP)
-	$(BIN)/hygraph serve --index-dir runs/demo
+	$(BIN)/hygraph serve --index-dir runs/demo --port $(PORT)
 
 # Scenario b of loadtests/ for 60 s against a fresh `hygraph serve` (the demo index is built first).
 loadtest: $(STAMP)

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from hygraph.config import HygraphConfig, load_config
+from hygraph.cluster.loopback import request_loopback
+from hygraph.config import MODES, HygraphConfig, load_config
 from hygraph.errors import HygraphError, InputError, StoreError
 
 
@@ -36,6 +37,13 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _modes(text: str) -> str:
+    for mode in (m.strip() for m in text.split(",") if m.strip()):
+        if mode not in MODES:
+            raise argparse.ArgumentTypeError(f"unknown mode '{mode[:40]}' (one of {', '.join(MODES)})")
+    return text
 
 
 def cmd_index(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -147,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("query", parents=[config_after], help="answer one question")
     s.add_argument("--index-dir", required=True)
-    s.add_argument("--mode", default=None)
+    s.add_argument("--mode", default=None, choices=MODES, help="default: retrieval.mode of the config (hybrid)")
     s.add_argument("--k", type=_positive, default=None)
     s.add_argument("question")
     s.set_defaults(run=cmd_query)
@@ -155,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("eval", parents=[config_after], help="retrieval and answer quality per mode")
     s.add_argument("--index-dir", required=True)
     s.add_argument("--questions", required=True)
-    s.add_argument("--modes", default="dense")
+    s.add_argument("--modes", type=_modes, default="dense", help=f"comma-separated, of {', '.join(MODES)}")
     s.add_argument("--k", type=_positive, default=5)
     s.add_argument("--limit", type=_positive, default=None, help="evaluate only the first N questions")
     s.add_argument("--out", default=None, help="write the result JSON here")
@@ -179,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", parents=[config_after],
                        help="build the bundled demo index if needed and answer sample questions")
     s.add_argument("--index-dir", default="runs/demo")
-    s.add_argument("--mode", default=None, help="default: retrieval.mode of the config (hybrid)")
+    s.add_argument("--mode", default=None, choices=MODES, help="default: retrieval.mode of the config (hybrid)")
     s.add_argument("--questions", type=_positive, default=3)
     s.set_defaults(run=cmd_demo)
 
@@ -204,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     run: Callable[[HygraphConfig, argparse.Namespace], dict[str, Any]] = args.run
     try:
         cfg = load_config(args.config)
+        if not cfg.ray.address and cfg.ray.loopback_only:
+            request_loopback()  # before anything imports ray: a local Ray then listens on 127.0.0.1 only
         if getattr(args, "index_dir", None) is not None and args.command not in ("index", "demo", "serve", "serve-config"):
             if not Path(args.index_dir).is_dir():
                 raise InputError(f"--index-dir {args.index_dir}: no such directory")

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Iterator, Sequence
+from urllib.parse import quote
 
 import httpx
+
+from hygraph.input_rules import check_id
 
 
 class ApiError(Exception):
@@ -17,10 +21,14 @@ class ApiError(Exception):
 
 
 class Client:
+    """Read-your-writes: once `job()` has reported a job `done` at index version V, every later
+    `query()` of this client asks for at least V (`min_index_version`), so it sees that write."""
+
     def __init__(self, url: str = "http://127.0.0.1:8000", api_key: str | None = None,
                  timeout_s: float = 60.0) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.seen_version = 0
 
     def close(self) -> None:
         self._http.close()
@@ -32,12 +40,12 @@ class Client:
         self.close()
 
     def query(self, question: str, mode: str | None = None, top_k: int | None = None) -> dict[str, Any]:
-        return self._json("POST", "/v1/query", _query_body(question, mode, top_k))
+        return self._json("POST", "/v1/query", self._query_body(question, mode, top_k))
 
     def query_stream(self, question: str, mode: str | None = None,
                      top_k: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event, data) pairs of the SSE stream: `token` events, then `done` (or `error`)."""
-        body = {**_query_body(question, mode, top_k), "stream": True}
+        body = {**self._query_body(question, mode, top_k), "stream": True}
         with self._http.stream("POST", "/v1/query", json=body) as resp:
             if resp.status_code >= 400:
                 resp.read()
@@ -51,19 +59,51 @@ class Client:
 
     def add_documents(self, documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """{"job_id", "accepted", "ids"} once the batch is durably journaled (202)."""
+        for i, doc in enumerate(documents):
+            if doc.get("id") is not None:
+                check_id(doc["id"], f"documents.{i}.id")
         return self._json("POST", "/v1/documents", {"documents": list(documents)})
 
     def delete_document(self, doc_id: str) -> dict[str, Any]:
-        return self._json("DELETE", f"/v1/documents/{doc_id}")
+        """The id is checked by the same rule as on insert and percent-encoded whole (`/`, `?`, `#`)."""
+        check_id(doc_id, "doc_id")
+        return self._json("DELETE", f"/v1/documents/{quote(doc_id, safe='')}")
 
     def job(self, job_id: str) -> dict[str, Any]:
-        return self._json("GET", f"/v1/jobs/{job_id}")
+        out = self._json("GET", f"/v1/jobs/{quote(job_id, safe='')}")
+        if out.get("status") == "done" and out.get("index_version") is not None:
+            self.seen_version = max(self.seen_version, int(out["index_version"]))
+        return out
+
+    def wait(self, job_id: str, timeout_s: float = 300.0, poll_s: float = 0.5) -> dict[str, Any]:
+        """Poll a job until it is `done` (returned) or `failed` (ApiError 422 job_failed)."""
+        deadline = time.monotonic() + timeout_s
+        while (out := self.job(job_id))["status"] != "done":
+            if out["status"] == "failed":
+                raise ApiError(422, "job_failed", str(out.get("error", "")))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {out['status']} after {timeout_s:g} s")
+            time.sleep(poll_s)
+        return out
+
+    def models(self) -> list[str]:
+        return [m["id"] for m in self._json("GET", "/v1/models")["data"]]
 
     def ready(self) -> bool:
         try:
             return self._http.get("/readyz").status_code == 200
         except httpx.TransportError:
             return False
+
+    def _query_body(self, question: str, mode: str | None, top_k: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"question": question}
+        if mode is not None:
+            body["mode"] = mode
+        if top_k is not None:
+            body["top_k"] = top_k
+        if self.seen_version:
+            body["min_index_version"] = self.seen_version
+        return body
 
     def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         resp = self._http.request(method, path, json=body)
@@ -72,13 +112,6 @@ class Client:
         return resp.json()
 
 
-def _query_body(question: str, mode: str | None, top_k: int | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"question": question}
-    if mode is not None:
-        body["mode"] = mode
-    if top_k is not None:
-        body["top_k"] = top_k
-    return body
 
 
 def _error(resp: httpx.Response) -> ApiError:

@@ -19,6 +19,9 @@ from hygraph.errors import ConfigError
 
 ENV_PREFIX = "HYGRAPH__"
 Device = Literal["auto", "cpu", "cuda"]
+# Retrieval modes (README, Retrieval modes); `dense` is the baseline every evaluation compares against.
+MODES = ("dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto")
+Mode = Literal[MODES]  # type: ignore[valid-type]
 
 
 class Section(BaseModel):
@@ -30,6 +33,8 @@ class RayConfig(Section):
     num_cpus: Optional[int] = None
     dashboard_host: str = "127.0.0.1"
     include_dashboard: bool = False
+    # A local Ray (address null) listens on 127.0.0.1 only; false lets other machines join it.
+    loopback_only: bool = True
 
 
 class EmbedderConfig(Section):
@@ -130,9 +135,7 @@ class HyperbolicConfig(Section):
 
 class RetrievalConfig(Section):
     top_k: int = Field(5, ge=1, le=200)
-    mode: Literal[
-        "dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto"
-    ] = "hybrid"
+    mode: Mode = "hybrid"
     max_context_tokens: int = Field(6000, ge=64)
     # collapsed (EraRAG §III-D): favour "detailed" chunks or "summarized" summaries with proportion p
     collapsed_bias: Optional[Literal["detailed", "summarized"]] = None
@@ -156,6 +159,9 @@ class UpdatesConfig(Section):
 
     poll_s: float = Field(0.5, gt=0)  # how often the updater looks for new journal jobs
     max_batch_jobs: int = Field(64, ge=1)  # journal jobs applied together into one version
+    # A batch whose retryable failure (e.g. an LLM error) repeats this often while the vector store
+    # answers is split like a failing one; the job that still fails alone is marked failed.
+    max_attempts: int = Field(5, ge=1)
     keep_versions: int = Field(3, ge=1)  # snapshot versions kept besides CURRENT...
     gc_grace_s: float = Field(300.0, ge=0)  # ...and any version younger than this
     tau_attach: float = Field(0.65, ge=-1, le=1)  # HyGRAG §3.4 attachment threshold (Leiden)
@@ -199,6 +205,13 @@ class ServeConfig(Section):
     api_keys_env: str = "HYGRAPH_API_KEYS"  # comma-separated keys, added to `api_keys`
     require_key_for_reads: bool = False
     max_body_bytes: int = Field(1_048_576, ge=1024)
+    # A request body must arrive within this (a client that declares more than it sends gets 408).
+    body_timeout_s: float = Field(10.0, gt=0)
+    # Serve's end-to-end bound on one HTTP request at the proxy (a stuck request cannot pile up).
+    request_timeout_s: float = Field(60.0, gt=0)
+    # Read-your-writes: how long a Retriever may take to load the version a request asks for
+    # before it answers 503 version_not_ready.
+    version_wait_s: float = Field(30.0, gt=0)
     max_question_chars: int = Field(2000, ge=1)
     max_documents_per_request: int = Field(1000, ge=1)
     # A replica polls the snapshot store's CURRENT this often and swaps to a newer version.

@@ -18,7 +18,7 @@ from hygraph.backends import vectorstore
 from hygraph.backends.embedder import Embedder, make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import LLM
-from hygraph.config import HygraphConfig, RetrievalConfig
+from hygraph.config import MODES, HygraphConfig, RetrievalConfig
 from hygraph.core.hyperbolic import from_storage
 from hygraph.core.prompt import NumberedItem, PromptItem, assemble_prompt
 from hygraph.core.retrieval.collapsed import collapsed
@@ -29,12 +29,11 @@ from hygraph.core.retrieval.hyperbolic import hyperbolic
 from hygraph.core.retrieval.hypergraph import hypergraph
 from hygraph.core.retrieval.local_global import auto, global_, local
 from hygraph.core.retrieval.view import IndexView, Points
-from hygraph.errors import InputError
+from hygraph.errors import InputError, VersionNotReady
 from hygraph.model import Chunk
 from hygraph.store.snapshot import Snapshot, SnapshotStore
 from hygraph.store.view_loader import load_view
 
-MODES = ("dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto")
 
 
 @dataclass(frozen=True)
@@ -74,6 +73,19 @@ class QueryEngine:
                 return False
             self.loaded = self._load(self.store.open(current))
             return True
+
+    def at_least(self, version: int) -> Loaded:
+        """The loaded version, moved forward first when a request needs a newer one (read-your-writes:
+        a client that saw a job `done` at version V asks for V)."""
+        loaded = self.loaded
+        if loaded.view.version >= version:
+            return loaded
+        self.refresh()
+        loaded = self.loaded
+        if loaded.view.version < version:
+            raise VersionNotReady(f"min_index_version: index version {version} is not published yet "
+                                  f"(the newest is {loaded.view.version})")
+        return loaded
 
     def close(self) -> None:
         self.vectors.close()

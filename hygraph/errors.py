@@ -23,6 +23,10 @@ class IndexNotReady(StoreError):
     """The index directory holds no version yet (a first build has not landed): HTTP 503."""
 
 
+class VersionNotReady(StoreError):
+    """A request asked for an index version newer than the one published (HTTP 503, retry shortly)."""
+
+
 class StoreUnavailable(StoreError):
     """The vector store cannot be reached right now (retryable: HTTP 503 with Retry-After)."""
 

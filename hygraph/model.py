@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hygraph.errors import InputError
+from hygraph.input_rules import check_id, check_metadata, check_nonblank_text, check_text, preview
 
 
 def sha1(text: str) -> str:
@@ -179,15 +180,15 @@ def _field(row: dict[str, Any], name: str, kind: type, where: str, required: boo
 
 
 def document_from_dict(row: dict[str, Any], where: str) -> Document:
-    """One corpus/API record -> Document; `where` prefixes every error (file:line or field path)."""
-    text = _field(row, "text", str, where)
-    if not text.strip():
-        raise InputError(f"{where}: field 'text' is empty")
+    """One corpus/API record -> Document under the input rules; `where` prefixes every error (file:line
+    or field path)."""
+    text = check_nonblank_text(_field(row, "text", str, where), f"{where}: field 'text'")
     doc_id = _field(row, "id", str, where, required=False)
-    if doc_id is not None and not doc_id.strip():
-        raise InputError(f"{where}: field 'id' is empty")
-    title = _field(row, "title", str, where, required=False) or ""
-    metadata = _field(row, "metadata", dict, where, required=False) or {}
+    if doc_id is not None:
+        check_id(doc_id, f"{where}: field 'id'")
+    title = check_text(_field(row, "title", str, where, required=False) or "", f"{where}: field 'title'")
+    metadata = check_metadata(_field(row, "metadata", dict, where, required=False) or {},
+                              f"{where}: field 'metadata'")
     return Document.make(text=text, id=doc_id, title=title, metadata=metadata)
 
 
@@ -199,7 +200,7 @@ def load_corpus(path: str | Path) -> list[Document]:
         where = f"{path}:{lineno}"
         doc = document_from_dict(row, where)
         if doc.id in seen:
-            raise InputError(f"{where}: duplicate id '{doc.id}' (first at line {seen[doc.id]})")
+            raise InputError(f"{where}: duplicate id '{preview(doc.id)}' (first at line {seen[doc.id]})")
         seen[doc.id] = lineno
         docs.append(doc)
     if not docs:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import Any
 
 from hygraph.config import RayConfig
-from hygraph.errors import HygraphError
+from hygraph.cluster.loopback import LOOPBACK_ENV, SETUP_HOOK, is_loopback, request_loopback
+from hygraph.errors import HygraphError, InputError
 
 # A local Ray start waits for its GCS; on a saturated machine that wait can time out once.
 START_ATTEMPTS = 2
@@ -18,27 +20,50 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_P
 def init_ray(cfg: RayConfig, metrics_port: int | None = None) -> None:
     """Join `cfg.address` when set, else start a local Ray; no-op when Ray is already up.
 
-    `metrics_port` fixes the port of a local Ray's Prometheus endpoint (serving scrapes it).
+    A local Ray listens on 127.0.0.1 only when `cfg.loopback_only` (the local profile);
+    `metrics_port` fixes the port of its Prometheus endpoint (serving scrapes it) and must be free.
     """
+    if not cfg.address and cfg.loopback_only:
+        request_loopback()
     import ray
 
     if ray.is_initialized():
         return
     os.environ.update(OFFLINE_ENV)
-    kwargs = dict(runtime_env={"env_vars": OFFLINE_ENV}, logging_level=logging.WARNING,
-                  configure_logging=True, log_to_driver=True)
+    runtime_env: dict[str, Any] = {"env_vars": dict(OFFLINE_ENV)}
+    kwargs = dict(logging_level=logging.WARNING, configure_logging=True, log_to_driver=True)
     if cfg.address:
-        ray.init(address=cfg.address, **kwargs)
+        ray.init(address=cfg.address, runtime_env=runtime_env, **kwargs)
     else:
+        host = "127.0.0.1" if cfg.loopback_only else "0.0.0.0"
         if metrics_port is not None:
+            ensure_port_free(host, metrics_port, "serve.metrics_port")
             kwargs["_metrics_export_port"] = metrics_port
-        _start_local(ray, cfg, kwargs)
+        if cfg.loopback_only:
+            runtime_env["worker_process_setup_hook"] = SETUP_HOOK
+        _start_local(ray, cfg, {**kwargs, "runtime_env": runtime_env})
+        if cfg.loopback_only and not is_loopback(ray.util.get_node_ip_address()):
+            ray.shutdown()
+            raise HygraphError("ray.loopback_only: Ray was imported before hygraph could keep it on 127.0.0.1 "
+                               f"(set {', '.join(f'{k}={v}' for k, v in LOOPBACK_ENV.items())} for this process, "
+                               "or set ray.loopback_only: false)")
     import ray.data
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # hygraph prints its own per-stage progress on stderr
     ctx.execution_options.preserve_order = True  # same corpus, same index
     ctx.print_on_execution_start = False
+
+
+def ensure_port_free(host: str, port: int, setting: str) -> None:
+    """Fail at once, naming the setting, when `port` is taken: Ray's raylet would otherwise die later
+    with an unrelated "GCS overloaded" timeout."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise InputError(f"{setting}: port {port} on {host} is in use ({exc.strerror}); "
+                             "choose another port") from None
 
 
 def _start_local(ray: Any, cfg: RayConfig, kwargs: dict[str, Any]) -> None:

@@ -51,7 +51,7 @@ from hygraph.indexing.build import _stats, _write_tables
 from hygraph.indexing.online import OnlineLearner, Recalibration, install, observation, retrain
 from hygraph.indexing.state import IndexState, load_state
 from hygraph.indexing.update import PENDING, Applier, Delta, fold_jobs
-from hygraph.store.journal import Job, Journal
+from hygraph.store.journal import Job, Journal, bounded_error
 from hygraph.store.snapshot import SnapshotStore
 
 log = logging.getLogger("hygraph.updater")
@@ -81,6 +81,7 @@ class IndexUpdater:
         self._recal: threading.Thread | None = None
         self._recal_done: tuple[Recalibration, np.ndarray, float] | None = None
         self._recal_requested = False
+        self._attempts: dict[str, int] = {}  # retryable failures per batch head, while the store answered
         self._reconcile()
 
     def _take_lock(self) -> int:
@@ -123,9 +124,21 @@ class IndexUpdater:
         self._retire(manifest["collections"], manifest.get("retired") or {})
 
     def pending(self) -> list[Job]:
+        """Jobs after the current version's offset that have not failed; malformed lines are marked
+        failed here, once, so they never reach a batch."""
         offset = int(self.store.open().manifest.get("journal_offset", 0))
         failed = self.journal.failed()
-        return [j for j in self.journal.jobs(offset) if j.job_id not in failed]
+        out = []
+        for job in self.journal.jobs(offset):
+            if job.job_id in failed:
+                continue
+            if job.op == "invalid":
+                log.warning("journal job %s is malformed and skipped: %s", job.job_id, job.payload["error"])
+                self.journal.mark_failed(job.job_id, f"InputError: {job.payload['error']}")
+                failed[job.job_id] = job.payload["error"]
+                continue
+            out.append(job)
+        return out
 
     def step(self, defer_summaries: bool = False) -> dict[str, Any] | None:
         """Apply up to `updates.max_batch_jobs` pending jobs as one version; None when nothing is pending.
@@ -134,8 +147,11 @@ class IndexUpdater:
         hierarchy step, which `summarize_pending` runs once the journal is idle, or which the
         first batch after `updates.defer_summaries_s` runs with its own.
 
-        A batch that fails for a non-retryable reason is retried one job at a time, and the job
-        that fails alone is marked failed, so one bad job never blocks the journal.
+        One bad job never blocks the journal: a batch that fails is split in halves and each half
+        retried, down to the job that fails alone, which is marked failed (once, with a bounded
+        error) and skipped. A retryable failure (store unreachable, LLM down) leaves the jobs queued
+        and is raised to the caller, who backs off; once the store answers again but the same batch
+        keeps failing for `updates.max_attempts` rounds, it is isolated like any other failure.
         """
         jobs = self.pending()[:self.cfg.updates.max_batch_jobs]
         if not jobs:
@@ -145,19 +161,58 @@ class IndexUpdater:
             defer_summaries = pending is None or time.time() - pending["since"] < self.cfg.updates.defer_summaries_s
         self.journal.set_running([j.job_id for j in jobs])
         try:
-            return self._apply(jobs, defer_summaries)
-        except RETRYABLE:
+            result = self._apply(jobs, defer_summaries)
+            self._attempts.clear()
+            return result
+        except RETRYABLE as exc:
             self.state = None
-            raise
+            if not self._exhausted(jobs[0].job_id):
+                raise
+            return self._isolate(jobs, defer_summaries, exc, retry_retryable=False)
         except Exception as exc:  # noqa: BLE001 - isolated below: the failing job is recorded, not lost
             self.state = None
-            if len(jobs) == 1:
-                log.exception("journal job %s failed", jobs[0].job_id)
-                self.journal.mark_failed(jobs[0].job_id, f"{type(exc).__name__}: {exc}")
-                return None
-            return self._apply_one_by_one(jobs, defer_summaries)
+            return self._isolate(jobs, defer_summaries, exc)
         finally:
             self.journal.set_running([])
+
+    def _exhausted(self, head: str) -> bool:
+        """Whether a retryable failure of the batch starting at `head` has happened `max_attempts` times
+        while the store was reachable (an outage does not count: everything waits for it)."""
+        try:
+            self.vectors.ping()
+        except StoreUnavailable:
+            return False
+        self._attempts[head] = self._attempts.get(head, 0) + 1
+        return self._attempts[head] >= self.cfg.updates.max_attempts
+
+    def _isolate(self, jobs: list[Job], defer_summaries: bool, exc: BaseException,
+                 retry_retryable: bool = True) -> dict[str, Any] | None:
+        """Bisect a failed batch: apply each half, splitting again where it fails; a job that fails
+        alone is marked failed. Returns the last published result (None when nothing was)."""
+        if len(jobs) == 1:
+            self._fail(jobs[0], exc)
+            return None
+        last = None
+        mid = len(jobs) // 2
+        for half in (jobs[:mid], jobs[mid:]):
+            try:
+                last = self._apply(half, defer_summaries) or last
+            except RETRYABLE as again:
+                self.state = None
+                if retry_retryable:
+                    raise  # what is left stays queued for the next round
+                last = self._isolate(half, defer_summaries, again, retry_retryable) or last
+            except Exception as again:  # noqa: BLE001 - see step()
+                self.state = None
+                last = self._isolate(half, defer_summaries, again, retry_retryable) or last
+        return last
+
+    def _fail(self, job: Job, exc: BaseException) -> None:
+        error = bounded_error(f"{type(exc).__name__}: {exc}")
+        log.warning("journal job %s failed and is skipped: %s", job.job_id, error)
+        log.debug("journal job %s failure", job.job_id, exc_info=exc)
+        self.journal.mark_failed(job.job_id, error)
+        self._attempts.pop(job.job_id, None)
 
     def summarize_pending(self) -> dict[str, Any] | None:
         """Publish the hierarchy step deferred by earlier batches; None when nothing waits for it."""
@@ -175,20 +230,6 @@ class IndexUpdater:
         log.info("summaries of %d nodes published as version %d: %s", delta.stats["summarized_nodes"], version,
                  delta.stats)
         return {"version": version, "pending_s": time.time() - pending["since"], **delta.stats}
-
-    def _apply_one_by_one(self, jobs: list[Job], defer_summaries: bool) -> dict[str, Any] | None:
-        last = None
-        for job in jobs:
-            try:
-                last = self._apply([job], defer_summaries)
-            except RETRYABLE:
-                self.state = None
-                raise
-            except Exception as exc:  # noqa: BLE001 - see step()
-                self.state = None
-                log.exception("journal job %s failed", job.job_id)
-                self.journal.mark_failed(job.job_id, f"{type(exc).__name__}: {exc}")
-        return last
 
     def run_until_idle(self) -> list[dict[str, Any]]:
         """Every pending job, with summaries (including any a stopped server left deferred)."""
@@ -222,7 +263,10 @@ class IndexUpdater:
                 self.vectors.drop(rebuilt)  # its version never landed: nobody names it
             raise
         self._retire(collections, delta.retired)
-        self._gc()
+        try:
+            self._gc()
+        except Exception as exc:  # noqa: BLE001 - published already; the next publish collects again
+            log.warning("garbage collection of old versions failed: %s", bounded_error(f"{type(exc).__name__}: {exc}"))
         return version
 
     def _commit(self, state: IndexState, delta: Delta, journal_offset: int, update: dict[str, Any],
@@ -346,10 +390,17 @@ class IndexUpdater:
         return {"version": version, **info}
 
     def _retire(self, collections: dict[str, str], retired: dict[str, list[str]]) -> None:
-        for kind, ids in retired.items():
-            if ids and kind in collections:
-                self.vectors.delete(collections[kind], ids)
-                self.vectors.persist(collections[kind])
+        """Step 3: delete rows the published version no longer has. It runs after `CURRENT` moved, so a
+        failure here must not fail the batch's jobs: readers already ignore those rows (they keep only
+        ids their version knows), and the next start retries from the manifest's `retired` list."""
+        try:
+            for kind, ids in retired.items():
+                if ids and kind in collections:
+                    self.vectors.delete(collections[kind], ids)
+                    self.vectors.persist(collections[kind])
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("retiring old vector rows failed (retried at the next start): %s",
+                        bounded_error(f"{type(exc).__name__}: {exc}"))
 
 
 def updater_name(index_dir: str | Path) -> str:
@@ -388,17 +439,22 @@ class OnlineUpdater:
         threading.Thread(target=self._loop, name="hygraph-updater", daemon=True).start()
 
     def _loop(self) -> None:
+        failures = 0
         while not self._stop.is_set():
             self._wake.clear()
             try:
                 if self._work():
+                    failures = 0
                     continue
-                self.last_error = None
+                self.last_error, failures = None, 0
             except Exception as exc:  # noqa: BLE001 - retryable store/LLM failure: the jobs stay queued
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                error = bounded_error(f"{type(exc).__name__}: {exc}")
+                if error != self.last_error:  # one line per distinct failure, not per retry
+                    log.warning("update deferred: %s", error)
+                self.last_error, failures = error, failures + 1
                 self.steps.inc(tags={"kind": "deferred"})
-                log.warning("update deferred: %s", self.last_error)
-                time.sleep(5 * self.cfg.updates.poll_s)
+                # Exponential backoff, capped: a long outage costs a retry a minute, not a log flood.
+                self._stop.wait(min(60.0, self.cfg.updates.poll_s * 2 ** min(failures, 10)))
                 if isinstance(exc, StoreUnavailable) and self.updater is not None:
                     self._reconnect()
             self._wake.wait(self.cfg.updates.poll_s)
@@ -407,9 +463,8 @@ class OnlineUpdater:
         try:
             self.updater.reconnect()
             log.info("reconnected to the vector store")
-        except Exception as exc:  # noqa: BLE001 - still down: logged, and the next deferred round tries again
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("vector store reconnect failed: %s", self.last_error)
+        except Exception as exc:  # noqa: BLE001 - still down: the next deferred round tries again
+            self.last_error = bounded_error(f"{type(exc).__name__}: {exc}")
 
     def _work(self) -> bool:
         """One round, journal first: a document batch, else a finished or due recalibration, else L_inc

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from hygraph.config import HygraphConfig
-from hygraph.engine import MODES, QueryEngine
+from hygraph.config import MODES, HygraphConfig
+from hygraph.engine import QueryEngine
 from hygraph.errors import InputError
 from hygraph.eval.metrics import EvalRow, ModeStats
 from hygraph.eval.report import write_report

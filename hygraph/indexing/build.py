@@ -221,7 +221,7 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
                 llm = make_llm(cfg.llm, cache_dir=cache_dir)
                 encoder = Encoder(cfg.embedder)
                 try:
-                    hier = build_summary_hierarchy(cfg, cols, kb, hg, node_vecs, llm, encoder)
+                    hier = build_summary_hierarchy(cfg, cols, kb, hg, node_vecs, llm, encoder, stages.note)
                 finally:
                     encoder.close()
                 usage.merge(llm.usage)

@@ -20,8 +20,9 @@ def embed_bulk(cfg: EmbedderConfig, texts: Sequence[str], stages: Stages, desc: 
         return np.zeros((0, 0), np.float32)
     # Length-sorted blocks pad less: a batch of short entity names no longer waits on a long fact.
     order = np.argsort([len(t) for t in texts], kind="stable")
+    # Blocks of about 500 texts: progress moves as each block lands, not once per several thousand.
     ds = ray.data.from_items([{"text": texts[i]} for i in order],
-                             override_num_blocks=max(1, min(64, len(texts) // 2000)))
+                             override_num_blocks=max(1, min(400, -(-len(texts) // 500))))
     ds = ds.map_batches(EmbedStage, batch_size=batch_size, compute=ray.data.ActorPoolStrategy(size=cfg.pool_size),
                         num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus or None,
                         fn_constructor_kwargs={"embedder": cfg.model_dump(), "threads": cfg.num_cpus})

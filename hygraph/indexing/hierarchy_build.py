@@ -9,9 +9,10 @@ HyGRAG recurses.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -132,8 +133,8 @@ class _Segments:
     summarized before layer L+1, so a segment's layer is one above its highest member.
     """
 
-    def __init__(self, texts: _Texts, llm: LLM) -> None:
-        self.texts, self.llm = texts, llm
+    def __init__(self, texts: _Texts, llm: LLM, note: Callable[[str], None] = lambda _: None) -> None:
+        self.texts, self.llm, self.note = texts, llm, note
         self.layer: dict[str, int] = {}
         self.leaves: dict[str, list[str]] = {}
         self.own_texts: dict[str, str] = {}  # summaries made outside build_hierarchy (Leiden layer 1)
@@ -152,7 +153,10 @@ class _Segments:
         for i, seg in enumerate(segments):
             _, leaves = self.register(layer, i, seg)
             requests.append(self.texts.request(seg, leaves, {**self.own_texts, **summaries}))
-        return self.llm.summarize(requests)
+        t0 = time.perf_counter()
+        out = self.llm.summarize(requests)
+        self.note(f"hierarchy layer {layer}: {len(segments):,} segments summarized in {time.perf_counter() - t0:.1f}s")
+        return out
 
 
 def _collect(result: HierarchyResult, seg: _Segments, hier: Hierarchy) -> None:
@@ -164,9 +168,10 @@ def _collect(result: HierarchyResult, seg: _Segments, hier: Hierarchy) -> None:
 
 
 def build_summary_hierarchy(cfg: HygraphConfig, cols: dict[str, Any], kb: Knowledge, hg: HybridGraph,
-                            node_vecs: dict[str, np.ndarray], llm: LLM, encoder: Encoder) -> HierarchyResult:
+                            node_vecs: dict[str, np.ndarray], llm: LLM, encoder: Encoder,
+                            note: Callable[[str], None] = lambda _: None) -> HierarchyResult:
     h = cfg.hierarchy
-    seg = _Segments(_Texts(cols, kb), llm)
+    seg = _Segments(_Texts(cols, kb), llm, note)
     result = HierarchyResult(partitioner=h.partitioner)
     lsh = dict(summarize=seg.summarize, embed=encoder, k=h.num_hyperplanes, seed=h.seed, s_min=h.s_min,
                s_max=h.s_max, min_layer_size=h.min_layer_size, device=resolve_device(h.device))

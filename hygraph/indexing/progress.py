@@ -1,13 +1,56 @@
-"""Progress on stderr for long work: one line per stage with its duration, bars for streams."""
+"""Progress on stderr for long work: one line per stage with its duration, counts with their rate.
+
+On a terminal a counter is a tqdm bar; anywhere else (a log file, CI, a Ray job) it is a line
+every `LINE_EVERY_S` seconds with the count, the rate and the time left, so long stages are
+never silent in logs.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 from tqdm import tqdm
+
+LINE_EVERY_S = 10.0
+
+
+class Counter:
+    """Counts items of one stream; a bar on a terminal, periodic lines elsewhere."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.total, self.label, self.done = total, label, 0
+        self._t0 = self._last = time.monotonic()
+        self._bar = tqdm(total=total, desc=label, file=sys.stderr, unit="it", dynamic_ncols=True,
+                         mininterval=1.0) if sys.stderr.isatty() else None
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self._bar is not None:
+            self._bar.update(n)
+        elif time.monotonic() - self._last >= LINE_EVERY_S:
+            self._line()
+
+    def _line(self) -> None:
+        self._last = time.monotonic()
+        elapsed = max(self._last - self._t0, 1e-9)
+        rate = self.done / elapsed
+        left = f", about {(self.total - self.done) / rate:.0f} s left" if rate > 0 and self.done < self.total else ""
+        print(f"{self.label}: {self.done:,}/{self.total:,} ({rate:,.0f}/s{left})", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        elif time.monotonic() - self._t0 >= LINE_EVERY_S:
+            self._line()
+
+    def __enter__(self) -> "Counter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 class Stages:
@@ -20,17 +63,19 @@ class Stages:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        print(f"[{self.prefix}] {name} ...", file=sys.stderr, flush=True)
+        self.note(f"{name} ...")
         t = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t, 3)
-            print(f"[{self.prefix}] {name} done in {self.seconds[name]:.1f}s", file=sys.stderr, flush=True)
+            self.note(f"{name} done in {self.seconds[name]:.1f}s")
 
-    def bar(self, total: int, desc: str) -> tqdm:
-        return tqdm(total=total, desc=f"[{self.prefix}] {desc}", file=sys.stderr, unit="it",
-                    dynamic_ncols=True, mininterval=1.0, disable=None)
+    def note(self, message: str) -> None:
+        print(f"[{self.prefix}] {message}", file=sys.stderr, flush=True)
+
+    def bar(self, total: int, desc: str) -> Counter:
+        return Counter(total, f"[{self.prefix}] {desc}")
 
     @property
     def total(self) -> float:

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from ray import serve
@@ -23,11 +23,27 @@ from hygraph.backends.llm.base import Answer, ContextItem
 from hygraph.cluster.updater import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
-from hygraph.errors import IndexNotReady
+from hygraph.errors import IndexNotReady, InputError
 from hygraph.store.snapshot import SnapshotStore
 from hygraph.serve.metrics import EmbedderMetrics, IndexMetrics, LLMMetrics
 
 log = logging.getLogger("hygraph.serve")
+
+
+def encode_isolated(encode: Callable[[list[str]], np.ndarray], texts: list[str]) -> list[np.ndarray | Exception]:
+    """One model call for the batch; if it fails, one call per text, so a text the model cannot take
+    fails only its own request (an InputError naming the question) and never its batch-mates'."""
+    try:
+        return list(encode(texts))
+    except Exception:  # noqa: BLE001 - isolated below, item by item
+        out: list[np.ndarray | Exception] = []
+        for text in texts:
+            try:
+                out.append(encode([text])[0])
+            except Exception as exc:  # noqa: BLE001 - this request's own failure
+                log.warning("question could not be embedded: %s", type(exc).__name__)
+                out.append(InputError(f"question: could not be embedded ({type(exc).__name__})"))
+        return out
 UPDATER_LOOKUP_S = 30.0  # how often a Retriever looks again for an updater that was not running
 
 
@@ -39,14 +55,19 @@ class Embedder:
         cfg = HygraphConfig.model_validate(config)
         self.model = make_embedder(cfg.embedder, threads=max(1.0, cfg.serve.embedder.num_cpus))
         self.metrics = EmbedderMetrics()
-        self.embed.set_max_batch_size(cfg.serve.embed_max_batch)
-        self.embed.set_batch_wait_timeout_s(cfg.serve.embed_batch_wait_s)
+        self._embed_batch.set_max_batch_size(cfg.serve.embed_max_batch)
+        self._embed_batch.set_batch_wait_timeout_s(cfg.serve.embed_batch_wait_s)
+
+    async def embed(self, question: str) -> np.ndarray:
+        got = await self._embed_batch(question)
+        if isinstance(got, Exception):
+            raise got
+        return got
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.003)
-    async def embed(self, questions: list[str]) -> list[np.ndarray]:
+    async def _embed_batch(self, questions: list[str]) -> list[np.ndarray | Exception]:
         self.metrics.batch.observe(len(questions))
-        vectors = await asyncio.to_thread(self.model.encode, questions)
-        return list(vectors)
+        return await asyncio.to_thread(encode_isolated, self.model.encode, questions)
 
 
 @serve.deployment
@@ -101,9 +122,9 @@ class Retriever:
                             SnapshotStore(self.index_dir).current_version(),
                             self._engine.version if self._engine else "none", exc_info=True)
 
-    def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int) -> dict[str, Any]:
-        """The Context, its numbered prompt items and the version they came from."""
-        loaded = self.engine.loaded
+    def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int, min_version: int = 0) -> dict[str, Any]:
+        """The Context, its numbered prompt items and the version they came from (at least `min_version`)."""
+        loaded = self.engine.at_least(min_version)
         t0 = time.perf_counter()
         ctx = self.engine.retrieve(question, query_vec, mode, k, loaded)
         items = self.engine.prompt_items(question, ctx)
@@ -147,15 +168,26 @@ class Generator:
         self.metrics = LLMMetrics()
 
     def answer(self, question: str, items: list[ContextItem]) -> dict[str, Any]:
+        before = self._tokens()
         ans = self.llm.answer(question, items)
         self.metrics.record(self.llm.usage)
-        return {"answer": ans.text, "citations": list(ans.citations)}
+        return {"answer": ans.text, "citations": list(ans.citations), "usage": self._used(before)}
 
     def stream(self, question: str, items: list[ContextItem]) -> Iterator[str | dict[str, Any]]:
-        """Answer text pieces as the backend yields them, then {"answer", "citations"}."""
+        """Answer text pieces as the backend yields them, then {"answer", "citations", "usage"}."""
+        before = self._tokens()
         for piece in self.llm.answer_stream(question, items):
             if isinstance(piece, Answer):
                 self.metrics.record(self.llm.usage)
-                yield {"answer": piece.text, "citations": list(piece.citations)}
+                yield {"answer": piece.text, "citations": list(piece.citations), "usage": self._used(before)}
             else:
                 yield piece
+
+    def _tokens(self) -> tuple[int, int]:
+        role = self.llm.usage.roles["answer"]
+        return role.prompt_tokens, role.completion_tokens
+
+    def _used(self, before: tuple[int, int]) -> dict[str, int]:
+        """This call's tokens (the backend's usage counters; concurrent calls on one replica can blur them)."""
+        prompt, completion = self._tokens()
+        return {"prompt_tokens": prompt - before[0], "completion_tokens": completion - before[1]}

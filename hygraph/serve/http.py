@@ -1,34 +1,47 @@
-"""HTTP edges of the ingress: the JSON error shape, body limits and parsing, API keys.
+"""HTTP edges of the ingress: the JSON error shape, the request middleware (ids, limits, error
+mapping) and the API-key dependency.
 
-Every failure leaves as `{"error": {"code", "message"}}` with the status CONTRACT.md lists;
-bad input is a 4xx naming the field, never a 500.
+Every failure leaves as `{"error": {"code", "message", "request_id"}}` with the status CONTRACT.md
+lists; bad input is a 4xx naming the field, never a 500; no message echoes more than a bounded,
+printable preview of what the client sent.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import hmac
 import json
 import logging
 import os
-from typing import Any, TypeVar
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
-from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hygraph.config import ServeConfig
-from hygraph.errors import BackendError, ConfigError, IndexNotReady, InputError, StoreError, StoreUnavailable
+from hygraph.errors import (BackendError, ConfigError, IndexNotReady, InputError, StoreError, StoreUnavailable,
+                            VersionNotReady)
+from hygraph.input_rules import depth, preview
 
 log = logging.getLogger("hygraph.serve")
-M = TypeVar("M", bound=BaseModel)
 
 RETRY_AFTER_S = 5
+# A request body nested deeper than this is refused before validation (json's C parser recurses).
+MAX_BODY_DEPTH = 32
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("hygraph_request_id", default="")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+        self.status, self.code, self.message, self.headers = status, code, message, dict(headers or {})
 
 
 def error_body(code: str, message: str, request_id: str = "") -> dict[str, Any]:
@@ -38,19 +51,16 @@ def error_body(code: str, message: str, request_id: str = "") -> dict[str, Any]:
     return {"error": err}
 
 
-def error_response(err: ApiError, request_id: str) -> JSONResponse:
-    return JSONResponse(error_body(err.code, err.message, request_id), status_code=err.status,
-                        headers={**err.headers, "X-Request-Id": request_id})
-
-
 def as_api_error(exc: BaseException) -> ApiError:
     """Map an exception from this process or a replica (Ray wraps it; `cause` is the original)."""
     exc = getattr(exc, "cause", None) or exc
     if isinstance(exc, ApiError):
         return exc
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    first = preview(str(exc).splitlines()[0], 300) if str(exc) else type(exc).__name__
     if isinstance(exc, InputError):
         return ApiError(422, "invalid_field", first)
+    if isinstance(exc, VersionNotReady):
+        return ApiError(503, "version_not_ready", first, {"Retry-After": "1"})
     if isinstance(exc, IndexNotReady):
         return ApiError(503, "index_not_ready", first, {"Retry-After": str(RETRY_AFTER_S)})
     if isinstance(exc, StoreUnavailable):
@@ -65,39 +75,151 @@ def as_api_error(exc: BaseException) -> ApiError:
     if name in ("DeploymentUnavailableError", "ActorDiedError", "ActorUnavailableError"):
         return ApiError(503, "unavailable", "a serving replica is restarting; retry shortly",
                         {"Retry-After": str(RETRY_AFTER_S)})
-    log.exception("internal error", exc_info=exc)
+    log.error("internal error (request %s): %s: %s", request_id_var.get(), name, first, exc_info=exc)
     return ApiError(500, "internal", "internal error (logged with the request id)")
 
 
-async def read_json(request: Request, model: type[M], max_bytes: int) -> M:
-    """The body as `model`: 413 over `max_bytes` (checked while reading), 400 not JSON, 422 invalid."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise ApiError(413, "too_large", f"body: {declared} bytes exceeds the limit of {max_bytes}")
-    raw = bytearray()
-    async for part in request.stream():
-        raw += part
-        if len(raw) > max_bytes:
-            raise ApiError(413, "too_large", f"body: exceeds the limit of {max_bytes} bytes")
+def validation_message(errors: list[dict[str, Any]]) -> str:
+    """`field.path: what is wrong` for the first error; union branch tags are left out of the path."""
+    first = errors[0]
+    # The first element says where the value came from (body, path, query, header).
+    loc = [str(p) for p in first["loc"][1:] if "[" not in str(p) and "function-" not in str(p)]
+    where = ".".join(preview(p, 40) for p in loc) or "body"
+    what = "unknown field" if first["type"] == "extra_forbidden" else str(first["msg"]).removeprefix("Value error, ")
+    more = len(errors) - 1
+    return f"{where}: {preview(what, 200)}" + (f" (and {more} more)" if more else "")
+
+
+def json_error(err: ApiError) -> JSONResponse:
+    rid = request_id_var.get()
+    return JSONResponse(error_body(err.code, err.message, rid), status_code=err.status,
+                        headers={**err.headers, "X-Request-Id": rid})
+
+
+def from_validation(exc: RequestValidationError) -> ApiError:
+    errors = list(exc.errors())
+    if errors and errors[0]["type"] == "json_invalid":
+        return ApiError(400, "malformed", "body: not valid JSON")
+    return ApiError(422, "invalid_field", validation_message(errors))
+
+
+def from_http(exc: StarletteHTTPException) -> ApiError:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return ApiError(exc.status_code, code, preview(str(exc.detail), 200), exc.headers)
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """What the request middleware needs from the deployment, set on `app.state.http` at start."""
+
+    max_body_bytes: int
+    body_timeout_s: float
+    on_request: Callable[[str], None]  # endpoint label
+    on_error: Callable[[str, ApiError], None]
+
+
+class RequestMiddleware:
+    """Pure ASGI middleware around every HTTP request (limits from `app.state.http`).
+
+    - a request id (the client's `X-Request-Id` when it is a short token, else a new one) in a
+      context variable for logs and in every response;
+    - the body read up front under `max_body_bytes` (413) and `body_timeout_s` (408: a client that
+      declares more than it sends cannot hold a worker), refused when nested deeper than
+      MAX_BODY_DEPTH (400);
+    - any exception that escapes a route mapped to the JSON error shape (`as_api_error`).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        given = headers.get("x-request-id", "")
+        rid = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        token = request_id_var.set(rid)
+        endpoint = endpoint_name(scope.get("path", ""))
+        limits: HttpLimits = scope["app"].state.http
+        limits.on_request(endpoint)
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
+            await send(message)
+
+        try:
+            body_receive = await _read_body(scope, receive, headers, limits)
+            await self.app(scope, body_receive, send_with_id)
+        except Exception as exc:  # noqa: BLE001 - every escaped error becomes the JSON error shape
+            err = as_api_error(exc)
+            limits.on_error(endpoint, err)
+            if started:
+                raise
+            await json_error(err)(scope, receive, send)
+        finally:
+            request_id_var.reset(token)
+
+
+async def _read_body(scope: Scope, receive: Receive, headers: dict[str, str], limits: HttpLimits) -> Receive:
+    if scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        return receive
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise ApiError(413, "too_large", f"body: {int(declared)} bytes exceeds the limit of {limits.max_body_bytes}")
+    body = bytearray()
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "malformed", f"body: not valid JSON ({exc})".splitlines()[0]) from None
+        async with asyncio.timeout(limits.body_timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ApiError(400, "malformed", "body: the client disconnected before sending it")
+                body += message.get("body", b"")
+                if len(body) > limits.max_body_bytes:
+                    raise ApiError(413, "too_large", f"body: exceeds the limit of {limits.max_body_bytes} bytes")
+                if not message.get("more_body"):
+                    break
+    except TimeoutError:
+        raise ApiError(408, "timeout", f"body: not received within {limits.body_timeout_s:g} s") from None
+    if body and "json" in headers.get("content-type", "application/json"):
+        _check_depth(bytes(body))
+    delivered = False
+
+    async def replay() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _check_depth(body: bytes) -> None:
     try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise ApiError(422, "invalid_field", validation_message(exc)) from None
+        parsed = json.loads(body)
+    except RecursionError:
+        raise ApiError(400, "malformed", f"body: nested deeper than {MAX_BODY_DEPTH} levels") from None
+    except ValueError:
+        return  # not JSON: the route's own parsing answers 400
+    if depth(parsed) > MAX_BODY_DEPTH:
+        raise ApiError(400, "malformed", f"body: nested deeper than {MAX_BODY_DEPTH} levels")
 
 
-def validation_message(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "body"
-    what = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-    more = len(exc.errors()) - 1
-    return f"{where}: {what}" + (f" (and {more} more)" if more else "")
+_ENDPOINTS = (("/v1/query", "query"), ("/v1/chat/", "chat"), ("/v1/documents", "documents"), ("/v1/jobs/", "jobs"),
+              ("/v1/updater", "updater"), ("/v1/models", "models"), ("/readyz", "readyz"), ("/healthz", "healthz"))
 
 
-def api_keys(cfg: ServeConfig, profile: str, environ: dict[str, str] | None = None) -> frozenset[str]:
+def endpoint_name(path: str) -> str:
+    """A bounded metrics label for a request path (never the path itself: ids live in paths)."""
+    return next((name for prefix, name in _ENDPOINTS if path.startswith(prefix)), "other")
+
+
+def api_keys(cfg: ServeConfig, profile: str, environ: Mapping[str, str] | None = None) -> frozenset[str]:
     """Keys from the config plus `cfg.api_keys_env` (comma-separated). Outside the local profile
     writes must be authenticated, so starting there without a key is a configuration error."""
     env = os.environ if environ is None else environ
@@ -108,14 +230,14 @@ def api_keys(cfg: ServeConfig, profile: str, environ: dict[str, str] | None = No
     return frozenset(keys)
 
 
-def check_key(request: Request, keys: frozenset[str], required: bool) -> None:
+def check_key(authorization: str, keys: frozenset[str], required: bool) -> None:
     """401 unless `Authorization: Bearer <key>` names a configured key (constant-time compare)."""
     if not keys or not required:
         return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
+    scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "unauthorized", "authorization: missing `Bearer <key>` header",
                        {"WWW-Authenticate": "Bearer"})
     if not any(hmac.compare_digest(token.strip().encode(), k.encode()) for k in keys):
         raise ApiError(401, "unauthorized", "authorization: invalid API key", {"WWW-Authenticate": "Bearer"})
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -9,16 +10,23 @@ from pathlib import Path
 from typing import Any
 
 from hygraph.backends import vectorstore
-from hygraph.cluster.runtime import init_ray
+from hygraph.cluster.runtime import ensure_port_free, init_ray
 from hygraph.cluster.updater import start_updater, stop_updater
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
 from hygraph.indexing.build import ensure_demo_index
 from hygraph.serve.app import APP_NAME, LLM_APP_NAME, LLM_ROUTE, build_app, llm_app
+from hygraph.serve.http import api_keys
 
 
 def _say(message: str) -> None:
     print(f"[hygraph] {message}", file=sys.stderr, flush=True)
+
+
+def _key_hint(cfg: HygraphConfig) -> str:
+    """How to pass the key in a shell, without printing the secret itself."""
+    from_env = [k for k in os.environ.get(cfg.serve.api_keys_env, "").split(",") if k.strip()]
+    return f"${cfg.serve.api_keys_env}" if len(from_env) == 1 else "<a key from serve.api_keys>"
 
 
 def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, address: str | None = None,
@@ -35,12 +43,13 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     ray_cfg = cfg.ray.model_copy(update={"address": address}) if address else cfg.ray
+    ensure_port_free(host, port, "serve.port (--port)")
     store = vectorstore.connect(cfg.vector_store, index_dir)
     try:
         _say("starting Ray" if not ray_cfg.address else f"joining Ray at {ray_cfg.address}")
         init_ray(ray_cfg, metrics_port=cfg.serve.metrics_port)
         ensure_demo_index(cfg, index_dir)
-        serve.start(http_options={"host": host, "port": port})
+        serve.start(http_options={"host": host, "port": port, "request_timeout_s": cfg.serve.request_timeout_s})
         vllm = llm_app(cfg)
         if vllm is not None:
             _say(f"deploying vLLM ({cfg.llm.vllm_model_source}) at {LLM_ROUTE}")
@@ -51,9 +60,15 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
         updater = start_updater(cfg, index_dir)
         ray.get(updater.status.remote())
         url = f"http://{host}:{port}"
-        _say(f"serving at {url}  (OpenAPI: {url}/docs, metrics: http://127.0.0.1:{cfg.serve.metrics_port}/metrics)")
-        _say(f"try: curl -s {url}/v1/query -H 'Content-Type: application/json' "
+        metrics_host = "127.0.0.1" if ray_cfg.loopback_only and not ray_cfg.address else host
+        _say(f"serving at {url}  (API docs: {url}/docs, metrics: http://{metrics_host}:{cfg.serve.metrics_port}/metrics)")
+        keys = api_keys(cfg.serve, cfg.profile)
+        auth = f" -H \"Authorization: Bearer {_key_hint(cfg)}\"" if keys and cfg.serve.require_key_for_reads else ""
+        _say(f"try: curl -s {url}/v1/query{auth} -H 'Content-Type: application/json' "
              "-d '{\"question\": \"Who wrote a song after attending a luau in the Koolauloa District on the island of Oahu?\"}'")
+        if keys:
+            _say(f"writes (POST /v1/documents, DELETE /v1/documents/ID) need "
+                 f"-H \"Authorization: Bearer {_key_hint(cfg)}\"")
         _say("Ctrl-C stops the service")
         stop.wait()
         _say("stopping")

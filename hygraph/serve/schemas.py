@@ -1,34 +1,86 @@
-"""Request bodies of the HTTP API (CONTRACT.md), validated before any work is done."""
+"""Request bodies of the HTTP API (CONTRACT.md), validated under hygraph's input rules before any work.
+
+Every string field goes through `hygraph.input_rules`, the same checks the CLI loaders and the
+journal apply, so the HTTP layer never accepts what the index would later refuse.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
-Mode = Literal["dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto"]
+from hygraph.config import Mode
+from hygraph.errors import InputError
+from hygraph.input_rules import MAX_ID_CHARS, check_id, check_json, check_metadata, check_text
+
+
+def _rule(check: Callable[[Any, str], Any]) -> AfterValidator:
+    """A pydantic validator from an input rule; the rule's message (field already in the loc) is kept."""
+    def validate(value: Any) -> Any:
+        try:
+            return check(value, "value")
+        except InputError as exc:
+            raise ValueError(str(exc).removeprefix("value: ")) from None
+    return AfterValidator(validate)
+
+
+id_rule = _rule(check_id)
+Text = Annotated[StrictStr, _rule(check_text)]
+DocId = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS), id_rule]
+Metadata = Annotated[dict[str, Any], _rule(check_metadata)]
+
+
+def _nonblank(value: str, field: str) -> str:
+    if not value.strip():
+        raise InputError(f"{field}: must not be empty")
+    return value
+
+
+NonBlankText = Annotated[StrictStr, Field(min_length=1), _rule(check_text), _rule(_nonblank)]
 
 
 class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    question: StrictStr = Field(min_length=1)
+    question: NonBlankText
     mode: Optional[Mode] = None
     top_k: Optional[StrictInt] = Field(None, ge=1, le=200)
     stream: StrictBool = False
+    # Read-your-writes: answer from this index version or a newer one (a done job's `index_version`).
+    min_index_version: Optional[StrictInt] = Field(None, ge=0)
+
+
+class ContentPart(BaseModel):
+    """An OpenAI content part; only `text` parts carry the question."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: StrictStr
+    text: Optional[Text] = None
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: Union[StrictStr, list[dict[str, Any]], None] = None
+    content: Union[Text, list[ContentPart], None] = None
 
     def text(self) -> str:
         """The message's text; OpenAI content parts of type `text` are joined."""
         if isinstance(self.content, list):
-            return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+            return "".join(p.text or "" for p in self.content if p.type == "text")
         return self.content or ""
+
+
+class HygraphOptions(BaseModel):
+    """The `hygraph` extension of a chat request: retrieval mode, depth and version floor."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Optional[Mode] = None
+    top_k: Optional[StrictInt] = Field(None, ge=1, le=200)
+    min_index_version: Optional[StrictInt] = Field(None, ge=0)
 
 
 class ChatRequest(BaseModel):
@@ -38,19 +90,28 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: StrictStr = "hygraph"
-    messages: list[ChatMessage] = Field(min_length=1)
+    model: StrictStr = Field("hygraph", max_length=MAX_ID_CHARS)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=256)
     stream: StrictBool = False
-    hygraph: Optional[dict[str, Any]] = None
+    hygraph: Optional[HygraphOptions] = None
+
+    @model_validator(mode="after")
+    def _extras_follow_the_rules(self) -> "ChatRequest":
+        # Unknown OpenAI fields are accepted but must still be well-formed JSON under the rules.
+        try:
+            check_json(dict(self.__pydantic_extra__ or {}), "body")
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
 
 class DocumentIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: Optional[StrictStr] = Field(None, min_length=1, max_length=512)
-    title: StrictStr = ""
-    text: StrictStr = Field(min_length=1)
-    metadata: dict[str, Any] = {}
+    id: Optional[DocId] = None
+    title: Text = ""
+    text: NonBlankText
+    metadata: Metadata = {}
 
 
 class DocumentsRequest(BaseModel):

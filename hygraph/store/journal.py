@@ -12,15 +12,42 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from hygraph.errors import StoreError
+from hygraph.errors import InputError, StoreError
+from hygraph.input_rules import check_id, check_metadata, check_nonblank_text, check_text, preview
 
-Op = Literal["insert", "delete"]
+Op = Literal["insert", "delete", "invalid"]
+MAX_ERROR_CHARS = 300
+_JOB_ID = re.compile(r"^[0-9a-f]{32}$")  # a failed job's recorded error: one bounded line
+
+
+def check_payload(op: str, payload: dict[str, Any]) -> None:
+    """The input rules on a job before it is recorded: the journal holds nothing the updater would choke on."""
+    if op == "insert":
+        for i, doc in enumerate(payload.get("documents") or []):
+            where = f"documents.{i}"
+            check_id(doc.get("id"), f"{where}.id")
+            check_nonblank_text(doc.get("text"), f"{where}.text")
+            check_text(doc.get("title", ""), f"{where}.title")
+            check_metadata(doc.get("metadata") or {}, f"{where}.metadata")
+    elif op == "delete":
+        for i, doc_id in enumerate(payload.get("ids") or []):
+            check_id(doc_id, f"ids.{i}")
+    else:
+        raise InputError(f"op: unknown journal operation {preview(str(op))}")
+
+
+def bounded_error(text: str) -> str:
+    """One line of at most MAX_ERROR_CHARS printable characters (errors may quote user input)."""
+    first = text.splitlines()[0] if text else ""
+    return preview(first, MAX_ERROR_CHARS)
 
 
 @dataclass(frozen=True)
@@ -35,9 +62,15 @@ class Job:
 class Journal:
     def __init__(self, index_dir: str | Path) -> None:
         self.path = Path(index_dir) / "journal" / "journal.jsonl"
+        self._index: dict[str, Job] = {}
+        self._indexed_to = 0
+        self._index_lock = threading.Lock()
 
     def append(self, op: Op, payload: dict[str, Any]) -> Job:
-        """Durably record one job; returns only after the line and its directory entry are on disk."""
+        """Durably record one job; returns only after the line and its directory entry are on disk.
+
+        The payload is checked against the input rules first (InputError naming the field)."""
+        check_payload(op, payload)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         job_id = uuid.uuid4().hex
         accepted_at = time.time()
@@ -75,12 +108,17 @@ class Journal:
                 offset += len(raw)
                 if not raw.endswith(b"\n"):
                     return
-                rec = json.loads(raw)
-                job_id, op, accepted_at = rec.pop("job_id"), rec.pop("op"), rec.pop("accepted_at")
-                yield Job(job_id, op, offset, rec, accepted_at)
+                yield _parse(raw, offset)
 
     def find(self, job_id: str) -> Job | None:
-        return next((job for job in self.jobs() if job.job_id == job_id), None)
+        """The job with this id, without its payload; lines are read once, later calls read only what was
+        appended since."""
+        with self._index_lock:
+            for job in self.jobs(self._indexed_to):
+                # Status needs no payload: the index stays small however much text was journaled.
+                self._index[job.job_id] = Job(job.job_id, job.op, job.end_offset, {}, job.accepted_at)
+                self._indexed_to = job.end_offset
+            return self._index.get(job_id)
 
     @property
     def _failed_path(self) -> Path:
@@ -91,19 +129,24 @@ class Journal:
         return self.path.parent / "running.json"
 
     def mark_failed(self, job_id: str, error: str) -> None:
-        """Record a job the updater could not apply (it is skipped from then on)."""
+        """Record a job the updater could not apply (it is skipped from then on), with a bounded error."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._failed_path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"job_id": job_id, "error": error}) + "\n")
+            fh.write(json.dumps({"job_id": job_id, "error": bounded_error(error)}) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
 
     def failed(self) -> dict[str, str]:
         if not self._failed_path.is_file():
             return {}
-        rows = [json.loads(line) for line in self._failed_path.read_text(encoding="utf-8").splitlines()
-                if line.endswith("}")]
-        return {r["job_id"]: r["error"] for r in rows}
+        out = {}
+        for line in self._failed_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+                out[str(row["job_id"])] = str(row["error"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line (a crash mid-write): that job is retried
+        return out
 
     def set_running(self, job_ids: list[str]) -> None:
         """The jobs the updater is applying now (advisory, for `GET /v1/jobs`)."""
@@ -126,3 +169,25 @@ class Journal:
         if applied_offset >= job.end_offset:
             return "done", None
         return ("running" if job.job_id in self.running() else "queued"), None
+
+
+def _parse(raw: bytes, offset: int) -> Job:
+    """One journal line as a Job; a line that is not a well-formed job (written by hand, or by a version
+    without the input rules) becomes an `invalid` job, which the updater marks failed and moves past."""
+    try:
+        rec = json.loads(raw)
+        job_id, op, accepted_at = str(rec.pop("job_id")), rec.pop("op"), float(rec.pop("accepted_at"))
+        check_payload(op, rec)
+        return Job(job_id, op, offset, rec, accepted_at)
+    except (ValueError, KeyError, TypeError, AttributeError, InputError) as exc:
+        reason = bounded_error(str(exc)) if isinstance(exc, InputError) else "not a well-formed job"
+        return Job(_job_id(raw) or f"offset-{offset}", "invalid", offset, {"error": reason}, 0.0)
+
+
+def _job_id(raw: bytes) -> str | None:
+    """The job id of a malformed line when it has a well-formed one (the client may poll it)."""
+    try:
+        job_id = json.loads(raw).get("job_id")
+    except (ValueError, AttributeError):
+        return None
+    return job_id if isinstance(job_id, str) and _JOB_ID.match(job_id) else None

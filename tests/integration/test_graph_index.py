@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hygraph.engine import MODES
+from hygraph.config import MODES
 from hygraph.store.graph_io import read_graph
 from hygraph.store.snapshot import SnapshotStore
 from tests.integration.conftest import DATA, cli_env, last_json, run_cli

@@ -19,7 +19,7 @@ import pytest
 from openai import OpenAI
 
 from hygraph.client import ApiError, Client
-from hygraph.engine import MODES
+from hygraph.config import MODES
 from tests.integration.conftest import HYGRAPH, cli_env, last_json, run_cli
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from hygraph.cluster.updater import IndexUpdater, summaries_pending
-from hygraph.config import load_config
+from hygraph.config import MODES, load_config
 from hygraph.core.hyperbolic import init_from_text, poincare_distance
-from hygraph.engine import MODES, QueryEngine
+from hygraph.engine import QueryEngine
 from hygraph.store.journal import Journal
 from hygraph.store.snapshot import SnapshotStore
 from tests.integration.conftest import DATA, HYGRAPH, cli_env, last_json, run_cli

@@ -1,0 +1,51 @@
+"""Writes: `POST /v1/documents`, `DELETE /v1/documents/{id}` (journaled before the 202) and job status."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path
+from fastapi.responses import JSONResponse
+
+from hygraph.input_rules import MAX_ID_CHARS
+from hygraph.model import Document
+from hygraph.serve.gateway import Gateway
+from hygraph.serve.http import ApiError
+from hygraph.serve.routes import gateway, read_access, write_access
+from hygraph.serve.schemas import DocumentsRequest, id_rule
+
+router = APIRouter(tags=["documents"])
+# Job ids are the journal's uuid4 hex; anything else cannot name a job.
+JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", max_length=32)]
+
+
+@router.post("/v1/documents", status_code=202, dependencies=[Depends(write_access)])
+async def add_documents(body: DocumentsRequest, gw: Gateway = Depends(gateway)) -> Any:
+    limit = gw.cfg.serve.max_documents_per_request
+    if len(body.documents) > limit:
+        raise ApiError(413, "too_large", f"documents: {len(body.documents)} exceeds the limit of {limit} per request")
+    docs = [Document.make(d.text, id=d.id, title=d.title, metadata=d.metadata) for d in body.documents]
+    payload = {"documents": [{"id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata} for d in docs]}
+    job = await asyncio.to_thread(gw.journal.append, "insert", payload)
+    gw.metrics.ingest.inc(tags={"op": "insert"})
+    return JSONResponse({"job_id": job.job_id, "accepted": len(docs), "ids": [d.id for d in docs]}, status_code=202)
+
+
+@router.delete("/v1/documents/{doc_id:path}", status_code=202, dependencies=[Depends(write_access)])
+async def delete_document(doc_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS), id_rule],
+                          gw: Gateway = Depends(gateway)) -> Any:
+    """`doc_id` is percent-encoded in the path (`/` as %2F); ids follow the same rule as on insert."""
+    job = await asyncio.to_thread(gw.journal.append, "delete", {"ids": [doc_id]})
+    gw.metrics.ingest.inc(tags={"op": "delete"})
+    return JSONResponse({"job_id": job.job_id}, status_code=202)
+
+
+@router.get("/v1/jobs/{job_id}", dependencies=[Depends(read_access)])
+async def job(job_id: JobId, gw: Gateway = Depends(gateway)) -> Any:
+    """`done` once the version holding the job is published, with that `index_version`: a query with
+    `min_index_version` set to it (the client does this) is answered from it or a newer one."""
+    body = await gw.job_status(job_id)
+    if body is None:
+        raise ApiError(404, "not_found", "job_id: no such job")
+    return JSONResponse(body)

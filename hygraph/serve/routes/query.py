@@ -1,0 +1,108 @@
+"""Questions: `POST /v1/query`, the OpenAI-compatible `POST /v1/chat/completions` and `GET /v1/models`."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, AsyncIterator, Callable
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from hygraph.serve.gateway import Gateway
+from hygraph.serve.http import ApiError, as_api_error, error_body
+from hygraph.serve.routes import gateway, read_access
+from hygraph.serve.schemas import ChatRequest, QueryRequest
+
+router = APIRouter(dependencies=[Depends(read_access)], tags=["questions"])
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def _extension(out: dict[str, Any]) -> dict[str, Any]:
+    """The `hygraph` field of a chat completion: what the answer was retrieved from."""
+    return {"mode": out["mode"], "passages": out["passages"], "index_version": out["index_version"],
+            "citations": out["context"]["citations"], "timings_ms": out["timings_ms"]}
+
+
+def _usage(out: dict[str, Any]) -> dict[str, int]:
+    prompt, completion = out["usage"]["prompt_tokens"], out["usage"]["completion_tokens"]
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _guarded(gw: Gateway, events: AsyncIterator[bytes], endpoint: str,
+             render: Callable[[ApiError], bytes]) -> AsyncIterator[bytes]:
+    """After the 200 is sent a failure can only be reported in the stream itself."""
+    async def guarded() -> AsyncIterator[bytes]:
+        try:
+            async for event in events:
+                yield event
+        except Exception as exc:  # noqa: BLE001 - reported in-band, see above
+            err = as_api_error(exc)
+            gw.metrics.errors.inc(tags={"status": str(err.status), "code": err.code, "endpoint": endpoint})
+            yield render(err)
+    return guarded()
+
+
+@router.post("/v1/query")
+async def query(body: QueryRequest, gw: Gateway = Depends(gateway)) -> Any:
+    got = await gw.retrieve(body.question, body.mode, body.top_k, body.min_index_version)
+    if not body.stream:
+        return JSONResponse(await gw.answer(got))
+
+    async def events() -> AsyncIterator[bytes]:
+        async for piece in gw.answer_stream(got):
+            yield _sse("done", piece) if isinstance(piece, dict) else _sse("token", {"text": piece})
+
+    return StreamingResponse(_guarded(gw, events(), "query", lambda e: _sse("error", error_body(e.code, e.message))),
+                             media_type="text/event-stream")
+
+
+@router.get("/v1/models")
+async def models(gw: Gateway = Depends(gateway)) -> Any:
+    """The OpenAI model list: the index, under `hygraph` and under its directory's name."""
+    created = int(gw.store.root.stat().st_mtime)
+    return {"object": "list", "data": [{"id": name, "object": "model", "created": created, "owned_by": "hygraph"}
+                                       for name in sorted({"hygraph", gw.index_name})]}
+
+
+@router.post("/v1/chat/completions")
+async def chat(body: ChatRequest, gw: Gateway = Depends(gateway)) -> Any:
+    if body.model not in ("hygraph", gw.index_name):
+        raise ApiError(404, "model_not_found", "model: not served here (GET /v1/models lists the models)")
+    users = [m for m in body.messages if m.role == "user"]
+    if not users:
+        raise ApiError(422, "invalid_field", "messages: no message with role 'user'")
+    opts = body.hygraph
+    got = await gw.retrieve(users[-1].text(), opts.mode if opts else None, opts.top_k if opts else None,
+                            opts.min_index_version if opts else None)
+    cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    if not body.stream:
+        out = await gw.answer(got)
+        return JSONResponse({
+            "id": cid, "object": "chat.completion", "created": created, "model": body.model,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": out["answer"]}}],
+            "usage": _usage(out), "hygraph": _extension(out)})
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        obj = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": body.model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+        return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+
+    async def events() -> AsyncIterator[bytes]:
+        yield chunk({"role": "assistant", "content": ""})
+        async for piece in gw.answer_stream(got):
+            if isinstance(piece, dict):
+                yield chunk({}, "stop", usage=_usage(piece), hygraph=_extension(piece))
+            else:
+                yield chunk({"content": piece})
+        yield b"data: [DONE]\n\n"
+
+    def render(err: ApiError) -> bytes:
+        return f"data: {json.dumps(error_body(err.code, err.message))}\n\ndata: [DONE]\n\n".encode()
+
+    return StreamingResponse(_guarded(gw, events(), "chat", render), media_type="text/event-stream")
