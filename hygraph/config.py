@@ -205,6 +205,8 @@ class ServeConfig(Section):
     api_keys_env: str = "HYGRAPH_API_KEYS"  # comma-separated keys, added to `api_keys`
     require_key_for_reads: bool = False
     max_body_bytes: int = Field(1_048_576, ge=1024)
+    # Request headers beyond this are refused with 431 (Serve's proxy reads them whole first).
+    max_header_bytes: int = Field(16_384, ge=1024)
     # A request body must arrive within this (a client that declares more than it sends gets 408).
     body_timeout_s: float = Field(10.0, gt=0)
     # Serve's end-to-end bound on one HTTP request at the proxy (a stuck request cannot pile up).

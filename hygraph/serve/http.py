@@ -91,9 +91,9 @@ def validation_message(errors: list[dict[str, Any]]) -> str:
 
 
 def json_error(err: ApiError) -> JSONResponse:
-    rid = request_id_var.get()
-    return JSONResponse(error_body(err.code, err.message, rid), status_code=err.status,
-                        headers={**err.headers, "X-Request-Id": rid})
+    """The error response; RequestMiddleware adds the X-Request-Id header to every response."""
+    return JSONResponse(error_body(err.code, err.message, request_id_var.get()), status_code=err.status,
+                        headers=err.headers)
 
 
 def from_validation(exc: RequestValidationError) -> ApiError:
@@ -114,6 +114,7 @@ class HttpLimits:
 
     max_body_bytes: int
     body_timeout_s: float
+    max_header_bytes: int
     on_request: Callable[[str], None]  # endpoint label
     on_error: Callable[[str, ApiError], None]
 
@@ -136,7 +137,8 @@ class RequestMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        raw_headers = scope.get("headers", [])
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw_headers}
         given = headers.get("x-request-id", "")
         rid = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
         token = request_id_var.set(rid)
@@ -149,10 +151,15 @@ class RequestMiddleware:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
+                if not given:  # Serve's proxy sets the header itself on every request it forwards
+                    message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
             await send(message)
 
         try:
+            size = sum(len(k) + len(v) for k, v in raw_headers)
+            if size > limits.max_header_bytes:
+                raise ApiError(431, "headers_too_large",
+                               f"headers: {size} bytes exceeds the limit of {limits.max_header_bytes}")
             body_receive = await _read_body(scope, receive, headers, limits)
             await self.app(scope, body_receive, send_with_id)
         except Exception as exc:  # noqa: BLE001 - every escaped error becomes the JSON error shape
@@ -160,7 +167,7 @@ class RequestMiddleware:
             limits.on_error(endpoint, err)
             if started:
                 raise
-            await json_error(err)(scope, receive, send)
+            await json_error(err)(scope, receive, send_with_id)
         finally:
             request_id_var.reset(token)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
@@ -24,13 +24,6 @@ from hygraph.serve.http import (ApiError, HttpLimits, RequestMiddleware, endpoin
                                 from_validation, json_error)
 from hygraph.serve.routes import documents, ops, query
 
-api = FastAPIOffline(title="hygraph", version=__version__,
-                     description="Graph-RAG question answering over a live index (CONTRACT.md).")
-api.add_middleware(RequestMiddleware)
-for router in (query.router, documents.router, ops.router):
-    api.include_router(router)
-
-
 def _answered(to_api_error: Any) -> Any:
     """FastAPI's own errors (validation, unknown route) in the JSON error shape, counted like the rest."""
     async def handle(request: Request, exc: Exception) -> JSONResponse:
@@ -40,23 +33,40 @@ def _answered(to_api_error: Any) -> Any:
     return handle
 
 
-api.add_exception_handler(RequestValidationError, _answered(from_validation))
-api.add_exception_handler(StarletteHTTPException, _answered(from_http))
+def build_api(gateway: Any, limits: HttpLimits) -> FastAPI:
+    """The FastAPI app: routers, middleware, error handlers, and what they read from `app.state`."""
+    api = FastAPIOffline(title="hygraph", version=__version__,
+                         description="Graph-RAG question answering over a live index (CONTRACT.md).")
+    api.add_middleware(RequestMiddleware)
+    for router in (query.router, documents.router, ops.router):
+        api.include_router(router)
+    api.add_exception_handler(RequestValidationError, _answered(from_validation))
+    api.add_exception_handler(StarletteHTTPException, _answered(from_http))
+    api.state.gateway, api.state.http = gateway, limits
+    return api
+
+
+def http_limits(cfg: HygraphConfig, metrics: Any) -> HttpLimits:
+    def on_error(endpoint: str, err: ApiError) -> None:
+        metrics.errors.inc(tags={"status": str(err.status), "code": err.code, "endpoint": endpoint})
+
+    return HttpLimits(max_body_bytes=cfg.serve.max_body_bytes, body_timeout_s=cfg.serve.body_timeout_s,
+                      max_header_bytes=cfg.serve.max_header_bytes,
+                      on_request=lambda endpoint: metrics.requests.inc(tags={"endpoint": endpoint}),
+                      on_error=on_error)
 
 
 @serve.deployment
-@serve.ingress(api)
+@serve.ingress()
 class Ingress:
+    """Serve builds the app after the constructor (`__serve_build_asgi_app__`), so the app holds this
+    replica's gateway rather than a module-level singleton."""
+
     def __init__(self, embedder: DeploymentHandle, retriever: DeploymentHandle, generator: DeploymentHandle,
                  config: dict[str, Any], index_dir: str) -> None:
         cfg = HygraphConfig.model_validate(config)
-        gw = Gateway(embedder, retriever, generator, cfg, index_dir)
-        metrics = gw.metrics
+        self.gateway = Gateway(embedder, retriever, generator, cfg, index_dir)
+        self.limits = http_limits(cfg, self.gateway.metrics)
 
-        def on_error(endpoint: str, err: ApiError) -> None:
-            metrics.errors.inc(tags={"status": str(err.status), "code": err.code, "endpoint": endpoint})
-
-        api.state.gateway = gw
-        api.state.http = HttpLimits(max_body_bytes=cfg.serve.max_body_bytes, body_timeout_s=cfg.serve.body_timeout_s,
-                                    on_request=lambda endpoint: metrics.requests.inc(tags={"endpoint": endpoint}),
-                                    on_error=on_error)
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_api(self.gateway, self.limits)

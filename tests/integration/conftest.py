@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -54,3 +59,41 @@ def built_index(hotpot_subset, tmp_path_factory) -> tuple[Path, dict]:
     index_dir = tmp_path_factory.mktemp("index")
     proc = run_cli("index", "--corpus", str(corpus), "--index-dir", str(index_dir))
     return index_dir, last_json(proc)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serving(index_dir: Path, log: Path, ready_s: float = 240, **env: str) -> Iterator[dict]:
+    """`hygraph serve` on free ports as a user runs it; stopped with SIGINT (as Ctrl-C) at the end."""
+    from hygraph.client import Client
+
+    port, metrics_port = free_port(), free_port()
+    with log.open("w") as err:
+        proc = subprocess.Popen([*HYGRAPH, "serve", "--index-dir", str(index_dir), "--port", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=err,
+                                env=cli_env(HYGRAPH__SERVE__METRICS_PORT=str(metrics_port), **env))
+    url = f"http://127.0.0.1:{port}"
+    client = Client(url)
+    deadline = time.monotonic() + ready_s
+    while not client.ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"hygraph serve did not become ready:\n{log.read_text()[-3000:]}")
+        time.sleep(1)
+    try:
+        yield {"url": url, "proc": proc, "index_dir": index_dir, "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+               "log": log, "client": client}
+    finally:
+        client.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)

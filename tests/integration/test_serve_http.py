@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
 import threading
 import time
 from contextlib import contextmanager
@@ -20,46 +18,18 @@ from openai import OpenAI
 
 from hygraph.client import ApiError, Client
 from hygraph.config import MODES
-from tests.integration.conftest import HYGRAPH, cli_env, last_json, run_cli
+from tests.integration.conftest import last_json, run_cli, serving
 
 pytestmark = pytest.mark.integration
 KEY = "test-key-5f2c"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(built_index, tmp_path_factory):
     index_dir, _ = built_index
-    port, metrics_port = _free_port(), _free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    env = cli_env(HYGRAPH_API_KEYS=KEY, HYGRAPH__SERVE__METRICS_PORT=str(metrics_port),
-                  HYGRAPH__SERVE__MAX_BODY_BYTES="65536")
-    with log.open("w") as err:
-        proc = subprocess.Popen([*HYGRAPH, "serve", "--index-dir", str(index_dir), "--port", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=err, env=env)
-    url = f"http://127.0.0.1:{port}"
-    client = Client(url)
-    deadline = time.monotonic() + 240
-    while not client.ready():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"hygraph serve did not become ready:\n{log.read_text()[-3000:]}")
-        time.sleep(1)
-    yield {"url": url, "proc": proc, "index_dir": index_dir, "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
-           "log": log, "client": client}
-    client.close()
-    if proc.poll() is None:  # a test failed before test_ctrl_c_stops_everything: stop it as a user would
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
+    with serving(index_dir, log, HYGRAPH_API_KEYS=KEY, HYGRAPH__SERVE__MAX_BODY_BYTES="65536") as srv:
+        yield srv
 
 
 QUESTION = "Which magazine was started first, Arthur's Magazine or First for Women?"

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from hygraph.store.journal import Journal
+import pytest
+
+from hygraph.errors import InputError
+from hygraph.store.journal import MAX_ERROR_CHARS, Journal
 
 
 def test_jobs_are_appended_in_order_with_growing_offsets(tmp_path):
@@ -26,3 +29,46 @@ def test_a_torn_last_line_is_not_a_job(tmp_path):
 
 def test_an_empty_journal_has_no_jobs(tmp_path):
     assert list(Journal(tmp_path).jobs()) == []
+
+
+def test_payloads_are_checked_before_anything_is_written(tmp_path):
+    j = Journal(tmp_path)
+    for op, payload, field in [
+        ("insert", {"documents": [{"id": "a\nb", "text": "x"}]}, "documents.0.id"),
+        ("insert", {"documents": [{"id": "ok", "text": "Oahu \ud800 luau"}]}, "documents.0.text"),
+        ("insert", {"documents": [{"id": "ok", "text": "x", "metadata": {"k": "\x00"}}]}, "documents.0.metadata"),
+        ("delete", {"ids": ["x" * 300]}, "ids.0"),
+        ("truncate", {}, "op"),
+    ]:
+        with pytest.raises(InputError, match=field):
+            j.append(op, payload)
+    assert not j.path.exists()
+    hostile = j.append("insert", {"documents": [{"id": "zz'] or id not in ['", "text": "D'Arcy"}]})
+    assert [x.payload for x in j.jobs()] == [hostile.payload]
+
+
+def test_a_malformed_line_becomes_an_invalid_job_and_later_jobs_still_parse(tmp_path):
+    """Lines written by hand or by a version without the input rules must never stop the reader."""
+    j = Journal(tmp_path)
+    a = j.append("insert", {"documents": [{"id": "d1", "text": "one"}]})
+    with j.path.open("ab") as fh:
+        fh.write(b'{"job_id": "' + b"f" * 32 + b'", "op": "insert", "accepted_at": 1, "documents": [{"id": "a\\nb", "text": "x"}]}\n')
+        fh.write(b"not json at all\n")
+        fh.write(b'{"job_id": 7}\n')
+    b = j.append("delete", {"ids": ["d1"]})
+    jobs = list(j.jobs())
+    assert [x.op for x in jobs] == ["insert", "invalid", "invalid", "invalid", "delete"]
+    assert jobs[1].job_id == "f" * 32 and "documents.0.id" in jobs[1].payload["error"]
+    assert jobs[2].job_id.startswith("offset-") and jobs[3].job_id.startswith("offset-")
+    assert (jobs[0].job_id, jobs[-1].job_id) == (a.job_id, b.job_id)
+    assert j.find(b.job_id).op == "delete"
+
+
+def test_failed_errors_are_one_bounded_line(tmp_path):
+    j = Journal(tmp_path)
+    j.mark_failed("abc", "StoreError: parse error near '" + "x" * 5000 + "'\nsecond line")
+    error = j.failed()["abc"]
+    assert "\n" not in error and len(error) <= MAX_ERROR_CHARS + 1
+    with (j.path.parent / "failed.jsonl").open("a") as fh:
+        fh.write('{"job_id": "torn", "err')
+    assert set(j.failed()) == {"abc"}

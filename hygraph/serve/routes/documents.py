@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse
+from starlette.convertors import Convertor, register_url_convertor
 
 from hygraph.input_rules import MAX_ID_CHARS
 from hygraph.model import Document
@@ -15,6 +16,22 @@ from hygraph.serve.http import ApiError
 from hygraph.serve.routes import gateway, read_access, write_access
 from hygraph.serve.schemas import DocumentsRequest, id_rule
 
+
+
+class _AnyId(Convertor[str]):
+    """A path segment run that may hold any character, `/` and newlines included, so a bad id reaches
+    the id rule (422 naming doc_id) instead of missing the route (404)."""
+
+    regex = "(?s:.+)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("any_id", _AnyId())
 router = APIRouter(tags=["documents"])
 # Job ids are the journal's uuid4 hex; anything else cannot name a job.
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", max_length=32)]
@@ -32,7 +49,7 @@ async def add_documents(body: DocumentsRequest, gw: Gateway = Depends(gateway)) 
     return JSONResponse({"job_id": job.job_id, "accepted": len(docs), "ids": [d.id for d in docs]}, status_code=202)
 
 
-@router.delete("/v1/documents/{doc_id:path}", status_code=202, dependencies=[Depends(write_access)])
+@router.delete("/v1/documents/{doc_id:any_id}", status_code=202, dependencies=[Depends(write_access)])
 async def delete_document(doc_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS), id_rule],
                           gw: Gateway = Depends(gateway)) -> Any:
     """`doc_id` is percent-encoded in the path (`/` as %2F); ids follow the same rule as on insert."""

@@ -1,0 +1,154 @@
+"""The HTTP layer alone (routes, middleware, errors, schema) on Starlette's test client; the gateway
+behind it is a recording stand-in, so these tests pin what the API accepts and refuses. The real
+stack is exercised in tests/integration/test_serve_http.py and test_hostile_http.py."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from hygraph.config import HygraphConfig
+from hygraph.serve.http import HttpLimits
+from hygraph.serve.ingress import build_api
+
+KEY = "k-123"
+
+
+class _Count:
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def inc(self, n: int = 1, tags: dict | None = None) -> None:
+        self.calls.append(tags or {})
+
+
+class StubGateway:
+    def __init__(self) -> None:
+        self.cfg = HygraphConfig()
+        self.keys = frozenset({KEY})
+        self.index_name = "demo"
+        self.store = SimpleNamespace(root=SimpleNamespace(stat=lambda: SimpleNamespace(st_mtime=0)))
+        self.metrics = SimpleNamespace(errors=_Count(), requests=_Count(), ingest=_Count())
+        self.journal = SimpleNamespace(append=self._append)
+        self.asked: list[tuple] = []
+        self.appended: list[tuple] = []
+
+    def _append(self, op: str, payload: dict) -> Any:
+        self.appended.append((op, payload))
+        return SimpleNamespace(job_id="a" * 32)
+
+    async def retrieve(self, question: str, mode: Any, k: Any, min_version: Any = None) -> dict:
+        self.asked.append((question, mode, k, min_version))
+        return {"question": question}
+
+    async def answer(self, got: dict) -> dict:
+        return {"answer": "42", "mode": "dense", "passages": [], "context": {"citations": []}, "index_version": 1,
+                "timings_ms": {}, "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+
+    async def job_status(self, job_id: str) -> dict | None:
+        return None
+
+
+@pytest.fixture()
+def client():
+    gw = StubGateway()
+    api = build_api(gw, HttpLimits(max_body_bytes=4096, body_timeout_s=1.0, max_header_bytes=8192, on_request=lambda e: None,
+                                   on_error=lambda e, err: gw.metrics.errors.inc(tags={"status": err.status})))
+    with TestClient(api, raise_server_exceptions=False) as c:
+        c.gw = gw
+        yield c
+
+
+def _post(client, path: str, body: Any, **kw) -> Any:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post(path, content=raw, headers={"Content-Type": "application/json", **kw.pop("headers", {})}, **kw)
+
+
+@pytest.mark.parametrize("body, status, field", [
+    (b"{not json", 400, "body"),
+    ({"question": ""}, 422, "question"),
+    ({"question": "Oahu \ud800 luau"}, 422, "question"),
+    ({"question": "nul\x00"}, 422, "question"),
+    ({"question": "q", "mode": "sideways"}, 422, "mode"),
+    ({"question": "q", "top_k": 0}, 422, "top_k"),
+    ({"question": "q", "colour": "red"}, 422, "colour"),
+    ([1, 2], 422, "body"),
+    ({"question": "x" * 5000}, 413, "body"),
+    (("[" * 1000 + "]" * 1000).encode(), 400, "body"),
+])
+def test_bad_queries_get_a_4xx_naming_the_field(client, body, status, field):
+    resp = _post(client, "/v1/query", body)
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert err["message"].startswith(field) and err["request_id"] == resp.headers["x-request-id"]
+    assert not client.gw.asked
+
+
+def test_surrogate_in_a_chat_part_is_422_and_nothing_is_asked(client):
+    body = {"model": "hygraph", "messages": [{"role": "user", "content": [{"type": "text", "text": "Oahu \ud800"}]}]}
+    resp = _post(client, "/v1/chat/completions", body)
+    assert resp.status_code == 422 and resp.json()["error"]["message"].startswith("messages.0.content")
+    assert not client.gw.asked
+
+
+def test_chat_carries_usage_and_the_version_floor(client):
+    body = {"model": "hygraph", "messages": [{"role": "user", "content": "hi"}],
+            "hygraph": {"mode": "dense", "min_index_version": 7}, "temperature": 0}
+    out = _post(client, "/v1/chat/completions", body).json()
+    assert out["usage"] == {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    assert client.gw.asked == [("hi", "dense", None, 7)]
+
+
+def test_models_lists_the_index(client):
+    out = client.get("/v1/models").json()
+    assert out["object"] == "list" and [m["id"] for m in out["data"]] == ["demo", "hygraph"]
+
+
+def test_writes_need_the_key_and_ids_follow_the_rule(client):
+    doc = {"id": "zz'] or id not in ['", "text": "harmless"}
+    assert _post(client, "/v1/documents", {"documents": [doc]}).status_code == 401
+    auth = {"Authorization": f"Bearer {KEY}"}
+    resp = _post(client, "/v1/documents", {"documents": [doc]}, headers=auth)
+    assert resp.status_code == 202 and client.gw.appended[-1][1]["documents"][0]["id"] == doc["id"]
+    for bad, where in [({"id": "a\nb", "text": "x"}, "documents.0.id"), ({"id": "x" * 257, "text": "x"}, "documents.0.id"),
+                       ({"text": "x", "metadata": {"k": [[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]}}, "documents.0.metadata")]:
+        resp = _post(client, "/v1/documents", {"documents": [bad]}, headers=auth)
+        assert resp.status_code == 422 and resp.json()["error"]["message"].startswith(where), resp.text
+    assert len(client.gw.appended) == 1
+
+
+def test_delete_takes_any_valid_id_percent_encoded_and_refuses_long_ones(client):
+    auth = {"Authorization": f"Bearer {KEY}"}
+    assert client.delete("/v1/documents/a%2Fb%3Fc%23d", headers=auth).status_code == 202
+    assert client.gw.appended[-1] == ("delete", {"ids": ["a/b?c#d"]})
+    resp = client.delete("/v1/documents/" + "x" * 60000, headers=auth)
+    assert resp.status_code == 422 and len(resp.text) < 400
+    assert client.delete("/v1/documents/a%0Ab", headers=auth).status_code == 422
+
+
+def test_unknown_job_ids_are_404_or_422_without_echo(client):
+    assert client.get("/v1/jobs/" + "a" * 32).status_code == 404
+    resp = client.get("/v1/jobs/" + "<script>" * 100)
+    assert resp.status_code == 422 and "<script>" not in resp.text
+
+
+def test_openapi_references_resolve_and_docs_are_offline(client):
+    spec = client.get("/openapi.json").json()
+    text = json.dumps(spec)
+    for ref in {r for r in text.split('"$ref": "')[1:]}:
+        name = ref.split('"')[0]
+        assert name.startswith("#/components/schemas/") and name.rsplit("/", 1)[1] in spec["components"]["schemas"]
+    body = spec["paths"]["/v1/documents"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["$ref"].endswith("/DocumentsRequest")
+    docs = client.get("/docs").text
+    assert "cdn" not in docs.lower() and "swagger-ui-bundle.js" in docs
+    assert client.get("/static-offline-docs/swagger-ui-bundle.js").status_code == 200
+
+
+def test_oversized_headers_are_431(client):
+    resp = client.get("/healthz", headers={"X-Big": "x" * 10_000})
+    assert resp.status_code == 431 and resp.json()["error"]["code"] == "headers_too_large"
