@@ -31,8 +31,12 @@ KEY_BATCH = 1000
 CONSISTENCY = "Session"
 FIELDS = ("pk", "item_id", "vec", "kind", "layer", "version")
 # pymilvus logs a traceback for every failed call; hygraph maps those errors to its own one-line
-# messages, so its logger only speaks for what we do not handle.
-logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+# messages, so its logger only speaks for what we do not handle. (Importing pymilvus configures its
+# logger, so the level is set after that import.)
+import pymilvus  # noqa: E402,F401
+
+for _name in ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer"):
+    logging.getLogger(_name).setLevel(logging.CRITICAL)
 
 
 def id_key(item_id: str) -> int:
@@ -79,16 +83,19 @@ class MilvusStore:
             self._close_server()
             raise StoreUnavailable(f"vector_store.uri {uri}: Milvus unreachable ({str(exc.message)[:200]})") from None
 
+    def _mapped(self, what: str, exc: Exception) -> StoreError:
+        # Connection-level failures are retryable (503); anything else is a store error to surface.
+        if _unavailable(exc):
+            return StoreUnavailable(f"Milvus at {self.uri} unreachable during {what}")
+        return StoreError(f"Milvus {what} failed: {str(exc)[:300]}")
+
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         import grpc
 
         try:
             return fn(*args, **kwargs)
         except (self._exc, grpc.RpcError) as exc:
-            # Connection-level failures are retryable (503); anything else is a store error to surface.
-            if _unavailable(exc):
-                raise StoreUnavailable(f"Milvus at {self.uri} unreachable during {what}") from None
-            raise StoreError(f"Milvus {what} failed: {str(exc)[:300]}") from None
+            raise self._mapped(what, exc) from None
 
     def ping(self) -> None:
         self._call("ping", self.client.list_collections, timeout=self.cfg.connect_timeout_s)
@@ -152,7 +159,14 @@ class MilvusStore:
     def persist(self, name: str) -> None:
         """Milvus acknowledges a write once it is durable; a strongly consistent read then waits until
         every write so far is visible, so other processes' searches and gets see them."""
-        self._call("persist", self.client.get, name, ids=[0], output_fields=["pk"], consistency_level="Strong")
+        import grpc
+
+        try:
+            self.client.get(name, ids=[0], output_fields=["pk"], consistency_level="Strong")
+        except (self._exc, grpc.RpcError) as exc:
+            # Not loaded: nothing reads it until `open` loads it, with everything written so far.
+            if "not loaded" not in str(exc):
+                raise self._mapped("persist", exc) from None
 
     def seal(self, name: str) -> None:
         self._call("flush", self.client.flush, name)

@@ -26,7 +26,6 @@ import base64
 import importlib.metadata
 import importlib.util
 import json
-import logging
 import lzma
 import os
 import re
@@ -44,7 +43,7 @@ import yaml
 from hygraph.backends.vectorstore.managed import ManagedServer, free_ports, listening, locked
 from hygraph.errors import StoreError, StoreUnavailable
 
-logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+import hygraph.backends.vectorstore.milvus  # noqa: E402,F401  (imports pymilvus and quiets its logger)
 
 HOST = "127.0.0.1"
 DEFAULT_ROOT_PASSWORD = "Milvus"  # what a fresh 2.3.5 server accepts for `root` until it is changed
@@ -206,25 +205,14 @@ class StandaloneServer(ManagedServer):
         except OSError:
             return ""
 
-    def _launch(self, log: Any, previous: dict[str, Any] | None) -> tuple[subprocess.Popen, dict[str, Any]]:
-        bindir = binaries(cache_root(self.cache_dir))
-        secret = self.secret()
-        home = self.home
-        for sub in ("configs", "data", "logs", "run"):
-            (home / sub).mkdir(parents=True, exist_ok=True)
-        home.chmod(0o700)
-        # New ports never reuse the dead server's: its etcd sessions are told apart by address.
-        old = (previous or {}).get("ports", {}) if (previous or {}).get("engine") == self.engine else {}
-        names = TEMPLATE_PORTS + EXTRA_PORTS
-        ports = dict(zip(names, free_ports(len(names), avoid=old.values())))
-        pkg = package_dir()
-        etcd_yaml = home / "configs" / "embedEtcd.yaml"
+    def config(self, ports: dict[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The server's `milvus.yaml` and its embedded etcd's config for these ports."""
+        home, secret = self.home, self.secret()
         client, peer = f"http://{HOST}:{ports['etcd_port']}", f"http://{HOST}:{ports['etcd_peer_port']}"
-        etcd_yaml.write_text(yaml.safe_dump({
-            "listen-client-urls": client, "advertise-client-urls": client,
-            "listen-peer-urls": peer, "initial-advertise-peer-urls": peer,
-            "initial-cluster": f"default={peer}", "listen-metrics-urls": "", "log-level": "warn",
-            "auto-compaction-mode": "revision", "auto-compaction-retention": "1000"}))
+        etcd = {"listen-client-urls": client, "advertise-client-urls": client,
+                "listen-peer-urls": peer, "initial-advertise-peer-urls": peer,
+                "initial-cluster": f"default={peer}", "listen-metrics-urls": "", "log-level": "warn",
+                "auto-compaction-mode": "revision", "auto-compaction-retention": "1000"}
         values: dict[str, Any] = {k: ports[k] for k in TEMPLATE_PORTS}
         values.update(etcd_log_path="stdout", etcd_log_level="warn", etcd_data_dir=str(home / "data" / "etcd"),
                       local_storage_dir=str(home / "data"), rocksmq_data_dir=str(home / "data" / "rocksmq"),
@@ -232,7 +220,7 @@ class StandaloneServer(ManagedServer):
         overrides: dict[str, Any] = {
             "etcd.endpoints": f"{HOST}:{ports['etcd_port']}",
             "etcd.rootPath": secret["etcd_root_path"],
-            "etcd.config.path": str(etcd_yaml),
+            "etcd.config.path": str(home / "configs" / "embedEtcd.yaml"),
             "etcd.use.embed": True,
             "indexCoord.bindIndexNodeMode.address": f"{HOST}:{ports['index_coord_port']}",
             "proxy.http.enabled": False,  # the RESTful API: hygraph speaks gRPC only
@@ -246,7 +234,22 @@ class StandaloneServer(ManagedServer):
             "grpc.gracefulStopTimeout": 2,
             **{f"{c}.ip": HOST for c in COMPONENTS},  # advertised addresses: internal traffic on loopback
         }
-        cfg = render_config((pkg / "config.yaml.template").read_text(), values, overrides)
+        return render_config((package_dir() / "config.yaml.template").read_text(), values, overrides), etcd
+
+    def _launch(self, log: Any, previous: dict[str, Any] | None) -> tuple[subprocess.Popen, dict[str, Any]]:
+        bindir = binaries(cache_root(self.cache_dir))
+        home = self.home
+        for sub in ("configs", "data", "logs", "run"):
+            (home / sub).mkdir(parents=True, exist_ok=True)
+        home.chmod(0o700)
+        # New ports never reuse the dead server's: its etcd sessions are told apart by address.
+        old = (previous or {}).get("ports", {}) if (previous or {}).get("engine") == self.engine else {}
+        names = TEMPLATE_PORTS + EXTRA_PORTS
+        ports = dict(zip(names, free_ports(len(names), avoid=old.values())))
+        pkg = package_dir()
+        cfg, etcd = self.config(ports)
+        etcd_yaml = home / "configs" / "embedEtcd.yaml"
+        etcd_yaml.write_text(yaml.safe_dump(etcd))
         _write_private(home / "configs" / "milvus.yaml", yaml.safe_dump(cfg, sort_keys=False))
         glog = (pkg / "glog.conf").read_text()
         glog = re.sub(r"--minloglevel=\d+", "--minloglevel=2", glog)
