@@ -238,11 +238,11 @@ async def fault_store(server: ServeProcess, args: argparse.Namespace, docs: list
         inserts.start()
         await asyncio.sleep(args.baseline_s)
         victim = _store_pid(server.index_dir)
-        engine = json.loads((server.index_dir / "milvus" / "server.json").read_text()).get("engine", "victim") \
+        engine = json.loads((server.index_dir / "milvus" / "server.json").read_text()).get("engine", "lite") \
             if victim else None
         if victim is None or "milvus" not in " ".join(psutil.Process(victim).cmdline()):
             raise RuntimeError(f"no live Milvus server recorded in {server.index_dir / 'milvus' / 'server.json'}")
-        what = "Milvus Lite server" if engine == "victim" else "embedded Milvus server"
+        what = "Milvus Lite server" if engine == "lite" else "embedded Milvus server"
         t_kill = rec.now()
         os.kill(victim, signal.SIGKILL)
         rec.event("kill", what=what, pid=victim)
