@@ -284,3 +284,17 @@ def test_a_server_that_does_not_answer_in_time_is_one_line_naming_its_log(tmp_pa
     msg = str(err.value)
     assert "\n" not in msg and str(tmp_path / "milvus" / "server.log") in msg
     assert not _servers_of(tmp_path) and not (tmp_path / "milvus" / "server.json").exists()
+
+
+def test_an_index_written_by_the_other_engine_says_so(tmp_path):
+    lite = connect(VectorStoreConfig(uri="lite"), tmp_path)
+    lite.create("written_by_lite_chunks", 4, "IP")
+    lite.close()
+    embedded = connect(VectorStoreConfig(uri="embedded"), tmp_path)
+    try:
+        with pytest.raises(StoreError, match="vector_store.uri: lite, or rebuild") as err:
+            embedded.open("written_by_lite_chunks")
+        assert "\n" not in str(err.value)
+    finally:
+        embedded.close()
+    assert not _servers_of(tmp_path)

@@ -90,6 +90,7 @@ def _store(insert_batch: int = 2000) -> tuple[MilvusStore, FakeClient]:
     store = MilvusStore.__new__(MilvusStore)
     store.cfg = VectorStoreConfig(insert_batch=insert_batch)
     store.uri, store._on_close, store._exc, store._metrics, store._version = "fake", None, MilvusException, {"c": "IP"}, None
+    store.missing_hint = ""
     store.client = FakeClient()
     return store, store.client
 

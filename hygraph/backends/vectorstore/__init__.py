@@ -27,6 +27,16 @@ def managed_server(cfg: VectorStoreConfig, index_dir: str | Path):  # -> Managed
     return StandaloneServer(data_dir, cfg.server_start_timeout_s, cfg.server_cache_dir)
 
 
+def _other_engine_hint(cfg: VectorStoreConfig, data_dir: Path) -> str:
+    """When only the other local engine has data here, say so where a collection is missing."""
+    mine, other, other_uri = ((data_dir / "standalone", data_dir / "data", LITE) if cfg.uri == EMBEDDED
+                              else (data_dir / "data", data_dir / "standalone", EMBEDDED))
+    if other.is_dir() and not mine.is_dir():
+        return (f"; this index's vectors were written by the other local engine ({other}): "
+                f"set vector_store.uri: {other_uri}, or rebuild the index")
+    return ""
+
+
 def connect(cfg: VectorStoreConfig, index_dir: str | Path) -> VectorStore:
     """Open the configured store. With `milvus` and uri `embedded` (the default) or `lite`, attach
     to (or start) the index's managed Milvus server; any other uri is a Milvus server's address."""
@@ -41,6 +51,7 @@ def connect(cfg: VectorStoreConfig, index_dir: str | Path) -> VectorStore:
     else:
         from hygraph.backends.vectorstore.managed import CLIENT_GRPC_OPTIONS
 
+        hint = _other_engine_hint(cfg, Path(index_dir) / "milvus")
         server = managed_server(cfg, index_dir).start()
         try:
             token = server.token
@@ -48,6 +59,7 @@ def connect(cfg: VectorStoreConfig, index_dir: str | Path) -> VectorStore:
             server.stop()
             raise
         store = MilvusStore(cfg, server.uri, on_close=server.stop, grpc_options=CLIENT_GRPC_OPTIONS, token=token)
+        store.missing_hint = hint
     try:
         store.ping()
     except BaseException:

@@ -76,6 +76,7 @@ class MilvusStore:
             token = os.environ.get(cfg.token_env, "")
         self._metrics: dict[str, str] = {}
         self._version: str | None = None
+        self.missing_hint = ""  # appended where a collection is missing (set by `connect`)
         try:
             self.client = MilvusClient(uri=uri, token=token, timeout=cfg.connect_timeout_s,
                                        grpc_options=grpc_options or {})
@@ -185,7 +186,7 @@ class MilvusStore:
 
     def open(self, name: str) -> None:
         if not self.exists(name):
-            raise StoreError(f"vector collection {name} is missing from Milvus at {self.uri}")
+            raise StoreError(f"vector collection {name} is missing from Milvus at {self.uri}{self.missing_hint}")
         info = self._call("describe_collection", self.client.describe_collection, name)
         fields = {f.get("name"): f for f in info.get("fields", [])}
         if not (fields.get("pk", {}).get("is_primary") and "item_id" in fields):
