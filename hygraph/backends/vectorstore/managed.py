@@ -247,6 +247,7 @@ class ManagedServer:
     def _kill(self, state: dict[str, Any]) -> None:
         """SIGTERM, then SIGKILL after the grace; wait for the exit; forget the state."""
         pid = int(state["pid"])
+        reap(pid)  # a child of this process that already exited is a zombie until collected
         if self._is_server(pid):
             try:
                 os.kill(pid, signal.SIGTERM)
