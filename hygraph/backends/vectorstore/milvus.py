@@ -27,8 +27,12 @@ from hygraph.errors import StoreError, StoreUnavailable
 ID_MAX_BYTES = 1024
 # Keys per `pk in [...]` get or delete, comfortably under Milvus's query result and message limits.
 KEY_BATCH = 1000
-# Read-your-writes inside a process; `persist` makes writes visible to every other process.
-CONSISTENCY = "Session"
+# Reads see every write older than Milvus's graceful time (5 s) without waiting in the normal case;
+# `persist` (after writes) and `open` (after a load) wait for a strongly consistent read, so what
+# was written before them is visible to every process at once. ("Session" would not do: a reader
+# that never wrote reads at "eventually", and right after a server restart that misses rows the
+# query node has not yet replayed from its log.)
+CONSISTENCY = "Bounded"
 FIELDS = ("pk", "item_id", "vec", "kind", "layer", "version")
 # pymilvus logs a traceback for every failed call; hygraph maps those errors to its own one-line
 # messages, so its logger only speaks for what we do not handle. (Importing pymilvus configures its
@@ -159,7 +163,7 @@ class MilvusStore:
 
     def persist(self, name: str) -> None:
         """Milvus acknowledges a write once it is durable; a strongly consistent read then waits until
-        every write so far is visible, so other processes' searches and gets see them."""
+        every write so far is visible, so every process's searches and gets see them."""
         import grpc
 
         try:
@@ -182,7 +186,6 @@ class MilvusStore:
                                  params={"nlist": 128} if self.cfg.index_type == "IVF_FLAT" else {})
             self._call("create_index", self.client.create_index, name, params)
         self.open(name)
-        self.persist(name)
 
     def open(self, name: str) -> None:
         if not self.exists(name):
@@ -193,6 +196,7 @@ class MilvusStore:
             raise StoreError(f"vector collection {name} has the schema of an older hygraph (string primary "
                              f"key); rebuild the index (`hygraph index`)")
         self._call("load_collection", self.client.load_collection, name)
+        self.persist(name)  # a fresh load may still be replaying the log: wait until it caught up
 
     def _describe_metric(self, name: str) -> str:
         for idx in self._call("list_indexes", self.client.list_indexes, name) or []:
@@ -213,7 +217,7 @@ class MilvusStore:
         res = self._call("search", self.client.search, name,
                          data=np.asarray(queries, dtype=np.float32).tolist(), limit=k,
                          filter=f"layer == {int(layer)}" if layer is not None else "",
-                         output_fields=["item_id", "layer"], search_params=params)
+                         output_fields=["item_id", "layer"], search_params=params, consistency_level=CONSISTENCY)
         return [[Hit(str(h["entity"]["item_id"]), float(h["distance"]), int(h["entity"].get("layer", 0)))
                  for h in row] for row in res]
 
@@ -223,7 +227,7 @@ class MilvusStore:
         found: dict[str, Any] = {}
         for start in range(0, len(keys), KEY_BATCH):
             rows = self._call("get", self.client.get, name, ids=keys[start:start + KEY_BATCH],
-                              output_fields=["pk", "item_id", "vec"])
+                              output_fields=["pk", "item_id", "vec"], consistency_level=CONSISTENCY)
             for r in rows:
                 item_id = wanted.get(int(r["pk"]))
                 if item_id is not None and r["item_id"] != item_id:
