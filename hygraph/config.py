@@ -68,11 +68,15 @@ class LLMConfig(Section):
 
 class VectorStoreConfig(Section):
     backend: Literal["milvus", "faiss"] = "milvus"
-    # "lite": a managed `milvus-lite server` child bound to 127.0.0.1; otherwise a Milvus URI.
-    uri: str = "lite"
-    token_env: str = "MILVUS_TOKEN"
+    # "embedded": the Milvus standalone server of the `milvus` package as a managed child process
+    # (ports chosen free, etcd on 127.0.0.1, authorization on with a generated secret);
+    # "lite": a managed `milvus-lite server` child bound to lite_host; anything else: a Milvus URI.
+    uri: str = "embedded"
+    token_env: str = "MILVUS_TOKEN"  # for a Milvus URI; the managed engines need none
     lite_host: str = "127.0.0.1"
     lite_port: int = Field(0, ge=0)  # 0: pick a free port
+    server_start_timeout_s: float = Field(60.0, gt=0)  # a managed server must answer within this
+    server_cache_dir: str = ""  # where the embedded server's binaries are unpacked once; "": ~/.cache/hygraph
     collection_prefix: str = "hygraph"
     index_type: Literal["HNSW", "FLAT", "IVF_FLAT"] = "HNSW"
     hnsw_m: int = Field(16, ge=4)

@@ -15,7 +15,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
-import psutil
 import pytest
 
 from hygraph.client import ApiError, Client
@@ -23,7 +22,7 @@ from hygraph.config import MODES
 from hygraph.store.journal import Journal
 from hygraph.store.snapshot import SnapshotStore
 from tests.integration.conftest import DATA, last_json, run_cli, serving
-from tests.sockets import listening_sockets, non_loopback
+from tests.sockets import exposed, listening
 
 pytestmark = pytest.mark.integration
 KEY = "hostile-key-0b1c"
@@ -81,10 +80,11 @@ def _settle(client: Client, job_ids: list[str], timeout: float = 300) -> dict[st
 
 
 def test_every_listening_socket_is_on_loopback(hostile_server):
-    tree = [psutil.Process(hostile_server["proc"].pid)]
-    sockets = listening_sockets(tree)
-    print("\nlistening sockets of `hygraph serve`:\n" + "\n".join(f"  {a}:{p}  {name}" for a, p, name in sockets))
-    assert sockets and not non_loopback(sockets), non_loopback(sockets)
+    """`hygraph serve`, everything it started, and the index's managed vector store."""
+    store = json.loads((hostile_server["index_dir"] / "milvus" / "server.json").read_text())["pid"]
+    sockets = listening(hostile_server["proc"].pid, store)
+    print("\nlistening sockets of `hygraph serve`:\n" + "\n".join(f"  {s}" for s in sockets))
+    assert sockets and not exposed(sockets), [str(s) for s in exposed(sockets)]
 
 
 def test_the_injection_id_is_stored_harmlessly_and_deletes_only_itself(hostile_server):
