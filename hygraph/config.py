@@ -215,9 +215,6 @@ class ServeConfig(Section):
     body_timeout_s: float = Field(10.0, gt=0)
     # Serve's end-to-end bound on one HTTP request at the proxy (a stuck request cannot pile up).
     request_timeout_s: float = Field(60.0, gt=0)
-    # Read-your-writes: how long a Retriever may take to load the version a request asks for
-    # before it answers 503 version_not_ready.
-    version_wait_s: float = Field(30.0, gt=0)
     max_question_chars: int = Field(2000, ge=1)
     max_documents_per_request: int = Field(1000, ge=1)
     # A replica polls the snapshot store's CURRENT this often and swaps to a newer version.

@@ -124,7 +124,7 @@ def test_apostrophe_and_slash_ids_are_insertable_queryable_and_deletable(hostile
 def test_ids_outside_the_rule_are_422_before_anything_is_journaled(hostile_server, doc_id):
     journal = hostile_server["index_dir"] / "journal" / "journal.jsonl"
     size = journal.stat().st_size if journal.exists() else 0
-    resp = httpx.post(hostile_server["url"] + "/v1/documents", headers=AUTH,
+    resp = httpx.post(hostile_server["url"] + "/v1/documents", headers={**AUTH, "Content-Type": "application/json"},
                       content=json.dumps({"documents": [{"id": doc_id, "text": "x"}]}).encode())
     assert resp.status_code == 422 and resp.json()["error"]["message"].startswith("documents.0.id"), resp.text
     assert len(resp.text) < 600  # no echo of a huge id
