@@ -128,8 +128,13 @@ def test_ids_outside_the_rule_are_422_before_anything_is_journaled(hostile_serve
                       content=json.dumps({"documents": [{"id": doc_id, "text": "x"}]}).encode())
     assert resp.status_code == 422 and resp.json()["error"]["message"].startswith("documents.0.id"), resp.text
     assert len(resp.text) < 600  # no echo of a huge id
-    resp = httpx.delete(hostile_server["url"] + "/v1/documents/" + quote(doc_id, safe=""), headers=AUTH)
-    assert resp.status_code == 422 and resp.json()["error"]["message"].startswith("doc_id"), resp.text
+    # In a path: a lone surrogate travels as its (invalid) UTF-8 bytes, and "." is folded away by URL
+    # normalization before the route is matched (405): refused either way, nothing journaled.
+    path = quote(doc_id.encode("utf-8", "surrogatepass"), safe="")
+    resp = httpx.delete(hostile_server["url"] + "/v1/documents/" + path, headers=AUTH)
+    assert 400 <= resp.status_code < 500, resp.text
+    if resp.status_code == 422:
+        assert resp.json()["error"]["message"].startswith("doc_id"), resp.text
     assert (journal.stat().st_size if journal.exists() else 0) == size
 
 
