@@ -1,0 +1,170 @@
+"""The first process of a private network namespace: runs one server in it and relays connections in.
+
+Started as `unshare -rn python -I -S netns_relay.py --forward FD:PORT [...] -- COMMAND ...` by a
+parent that created each listening socket FD in its own (host) network namespace and passed it
+down. A socket keeps the namespace it was created in, so the relay accepts host-side connections
+on those sockets and forwards each one to 127.0.0.1:PORT inside the namespace, where nothing from
+outside can connect. The relay:
+
+- refuses to run unless its namespace holds nothing but `lo` (the server would otherwise bind the
+  host's interfaces), and brings `lo` up (a new namespace starts with it down);
+- starts COMMAND as its child, which gets SIGKILL if the relay dies (PR_SET_PDEATHSIG), so killing
+  the relay's pid takes the whole server down;
+- forwards SIGTERM and SIGINT to the child, stops accepting, and exits with the child's status
+  once it has exited (128 + signal number if it was killed by one).
+
+Standard library only, and run with `-I -S`: it must import nothing the server's environment
+could redirect, and start in tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import fcntl
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+PR_SET_PDEATHSIG = 1
+CHUNK = 256 * 1024
+
+
+def private_namespace() -> bool:
+    """Whether this network namespace has no interface but loopback, as a new one made by
+    `unshare -n` has."""
+    return [name for _, name in socket.if_nameindex()] == ["lo"]
+
+
+def loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifreq = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack_from("16sH", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, ifreq))[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child between fork and exec: SIGKILL when the relay dies, including before this ran."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
+        os._exit(127)
+
+
+async def _pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy one direction until EOF, then half-close the other side (the reverse direction goes on)."""
+    loop = asyncio.get_running_loop()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    while n := await loop.sock_recv_into(src, buf):
+        await loop.sock_sendall(dst, view[:n])
+    dst.shutdown(socket.SHUT_WR)
+
+
+async def _relay(conn: socket.socket, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    upstream.setblocking(False)
+    try:
+        try:
+            await loop.sock_connect(upstream, ("127.0.0.1", port))
+        except OSError:
+            return  # the server is not listening (yet): the client sees its connection closed
+        # Small gRPC frames must not wait for Nagle's delayed ACKs (40 ms).
+        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if conn.family in (socket.AF_INET, socket.AF_INET6):
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        pumps = [asyncio.ensure_future(_pump(conn, upstream)), asyncio.ensure_future(_pump(upstream, conn))]
+        try:
+            # Both directions end at EOF; a reset on either ends both.
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for p in pumps:
+                p.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+    finally:
+        upstream.close()
+        conn.close()
+
+
+async def _serve(listener: socket.socket, port: int, conns: set[asyncio.Task]) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            conn, _ = await loop.sock_accept(listener)
+        except (ConnectionAbortedError, InterruptedError):
+            continue
+        conn.setblocking(False)
+        task = asyncio.ensure_future(_relay(conn, port))
+        conns.add(task)
+        task.add_done_callback(conns.discard)
+
+
+async def run(forwards: list[tuple[socket.socket, int]], child: subprocess.Popen) -> int:
+    loop = asyncio.get_running_loop()
+    exited = loop.create_future()
+    pidfd = os.pidfd_open(child.pid)
+    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+    conns: set[asyncio.Task] = set()
+    servers = [asyncio.ensure_future(_serve(sock, port, conns)) for sock, port in forwards]
+
+    def stop_accepting() -> None:
+        for s in servers:
+            s.cancel()
+
+    def forward(signum: int) -> None:
+        stop_accepting()  # new clients are refused while the server shuts down
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, forward, signum)
+    try:
+        await exited
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        stop_accepting()
+        for task in list(conns):
+            task.cancel()
+        await asyncio.gather(*servers, *conns, return_exceptions=True)
+        for sock, _ in forwards:
+            sock.close()
+    code = child.wait()
+    return 128 - code if code < 0 else code
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="netns_relay", description=__doc__.splitlines()[0])
+    ap.add_argument("--forward", action="append", default=[], metavar="FD:PORT",
+                    help="an inherited listening socket, relayed to 127.0.0.1:PORT in this namespace")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- the server command")
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        ap.error("no server command after --")
+    if not private_namespace():
+        print(f"netns_relay: not in a private network namespace (interfaces: "
+              f"{', '.join(n for _, n in socket.if_nameindex())}); refusing to start the server",
+              file=sys.stderr, flush=True)
+        return 2
+    loopback_up()
+    forwards = []
+    for spec in args.forward:
+        fd, port = (int(x) for x in spec.split(":", 1))
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        forwards.append((sock, port))
+    parent = os.getpid()
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=lambda: _die_with_parent(parent))
+    return asyncio.run(run(forwards, child))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
