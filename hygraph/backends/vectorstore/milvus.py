@@ -16,15 +16,17 @@ import logging
 import os
 from typing import Any, Callable, Sequence
 
+import grpc
 import numpy as np
 
 from hygraph.backends.vectorstore.base import Hit, Metric
 from hygraph.config import VectorStoreConfig
 from hygraph.errors import StoreError, StoreUnavailable
 
-# Document ids may be 256 characters and chunk ids add `:<ordinal>`; a character can take 4 bytes
-# of UTF-8, and Milvus counts VARCHAR max_length in bytes.
-ID_MAX_BYTES = 1024
+# Milvus's largest VARCHAR (max_length counts UTF-8 bytes). Document ids are up to 256 characters
+# (1,024 bytes) and chunk ids add `:<ordinal>`, but entity ids are normalized entity names of any
+# length; an id over this is refused before anything is sent.
+ID_MAX_BYTES = 65535
 # Keys per `pk in [...]` get or delete, comfortably under Milvus's query result and message limits.
 KEY_BATCH = 1000
 # Reads see every write older than Milvus's graceful time (5 s) without waiting in the normal case;
@@ -59,11 +61,29 @@ def short(value: Any, limit: int = 80) -> str:
     return repr(text[:limit]) + (f"... ({len(text)} chars)" if len(text) > limit else "")
 
 
-def _unavailable(exc: Exception) -> bool:
-    text = str(exc).lower()
+# What makes a failure retryable (StoreUnavailable, 503), by code only: messages quote ids and
+# expressions, so their text never decides. gRPC's own statuses, raised as they are (a deadline) or
+# as the `code` of the MilvusException pymilvus raises when its retries run out: the server is
+# unreachable (a refused or dropped connection, GOAWAY) or did not answer in time.
+TRANSIENT_GRPC = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# pymilvus's CONNECT_FAILED (2: no channel to the server, which is what every call on a connection
+# to a dead server raises; it is also Milvus's own "service unavailable") and Milvus's rate limit
+# (8). Anything else Milvus marks `retriable` counts too.
+TRANSIENT_CODES = frozenset({2, 8})
+# Milvus's "collection not loaded".
+NOT_LOADED = 101
+
+
+def _code(exc: Exception) -> Any:
     code = getattr(exc, "code", None)
-    return (code == 2 or any(s in text for s in ("unavailable", "connect", "deadline", "timed out", "timeout",
-                                                  "closed", "refused", "too_many_pings", "goaway")))
+    return code() if isinstance(exc, grpc.RpcError) and callable(code) else code
+
+
+def _unavailable(exc: Exception) -> bool:
+    code = _code(exc)
+    if isinstance(code, grpc.StatusCode):
+        return code in TRANSIENT_GRPC
+    return code in TRANSIENT_CODES or getattr(exc, "retriable", False) is True
 
 
 class MilvusStore:
@@ -95,8 +115,6 @@ class MilvusStore:
         return StoreError(f"Milvus {what} failed: {str(exc)[:300]}")
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        import grpc
-
         try:
             return fn(*args, **kwargs)
         except (self._exc, grpc.RpcError) as exc:
@@ -142,8 +160,10 @@ class MilvusStore:
             if not isinstance(item_id, str):
                 raise StoreError(f"{name}: vector id {short(item_id)} is not a string")
             key = id_key(item_id)
-            if len(item_id.encode("utf-8")) > ID_MAX_BYTES:
-                raise StoreError(f"{name}: vector id {short(item_id)} is over {ID_MAX_BYTES} bytes of UTF-8")
+            size = len(item_id.encode("utf-8"))
+            if size > ID_MAX_BYTES:
+                raise StoreError(f"{name}: vector id {short(item_id)} is {size} bytes of UTF-8, over the "
+                                 f"{ID_MAX_BYTES} Milvus stores")
             j = rows.get(key)
             if j is not None and ids[j] != item_id:
                 raise StoreError(f"{name}: ids {short(ids[j])} and {short(item_id)} have the same key {key}")
@@ -164,13 +184,11 @@ class MilvusStore:
     def persist(self, name: str) -> None:
         """Milvus acknowledges a write once it is durable; a strongly consistent read then waits until
         every write so far is visible, so every process's searches and gets see them."""
-        import grpc
-
         try:
             self.client.get(name, ids=[0], output_fields=["pk"], consistency_level="Strong")
         except (self._exc, grpc.RpcError) as exc:
             # Not loaded: nothing reads it until `open` loads it, with everything written so far.
-            if "not loaded" not in str(exc):
+            if _code(exc) != NOT_LOADED:
                 raise self._mapped("persist", exc) from None
 
     def seal(self, name: str) -> None:
