@@ -381,6 +381,8 @@ class StandaloneServer(ManagedServer):
     def _wait_ready(self, proc: subprocess.Popen, state: dict[str, Any], deadline: float) -> None:
         while True:
             self._check_alive(proc, deadline)
+            if state.get("control") and not state.get("milvus_pid"):
+                self._note_relayed_pid(proc, state)
             self._revoke_stale_sessions(state)
             # Isolated, the proxy's host side accepts from the start: the password check below is
             # what shows the proxy answers.
@@ -388,17 +390,17 @@ class StandaloneServer(ManagedServer):
                 break
             time.sleep(0.2)
         self._ensure_password(proc, state, deadline)
-        if state.get("control"):
-            state["milvus_pid"] = self._relayed_pid(proc)
 
-    @staticmethod
-    def _relayed_pid(relay: subprocess.Popen) -> int:
-        """The Milvus process, the relay's only child."""
-        children = Path(f"/proc/{relay.pid}/task/{relay.pid}/children").read_text().split()
-        if len(children) != 1:
-            raise StoreUnavailable(f"the embedded Milvus server's relay (pid {relay.pid}) has "
-                                   f"{len(children)} children, not 1")
-        return int(children[0])
+    def _note_relayed_pid(self, relay: subprocess.Popen, state: dict[str, Any]) -> None:
+        """Record the Milvus process, the relay's only child, once it runs: whoever stops the server
+        waits for it to be gone, and removes what it leaves behind by its pid."""
+        try:
+            children = Path(f"/proc/{relay.pid}/task/{relay.pid}/children").read_text().split()
+        except OSError:
+            return  # the relay just exited: the next `_check_alive` says so
+        if children:
+            state["milvus_pid"] = int(children[0])
+            self._write_state(state)
 
     def _revoke_stale_sessions(self, state: dict[str, Any]) -> None:
         """Revoke the leases of sessions a dead server left in etcd (their address is not one of ours):
