@@ -32,6 +32,7 @@ import sys
 
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CHUNK = 256 * 1024
 
 
@@ -104,7 +105,8 @@ async def _serve(listener: socket.socket, port: int, conns: set[asyncio.Task]) -
         task.add_done_callback(conns.discard)
 
 
-async def run(forwards: list[tuple[socket.socket, int]], child: subprocess.Popen) -> int:
+async def run(forwards: list[tuple[socket.socket, int]], child: subprocess.Popen, pending: list[int]) -> int:
+    """Relay until the child exits; `pending`: stop signals that arrived before this loop ran."""
     loop = asyncio.get_running_loop()
     exited = loop.create_future()
     pidfd = os.pidfd_open(child.pid)
@@ -123,8 +125,10 @@ async def run(forwards: list[tuple[socket.socket, int]], child: subprocess.Popen
         except ProcessLookupError:
             pass
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, forward, signum)
+    for signum in pending:
+        forward(signum)
     try:
         await exited
     finally:
@@ -161,9 +165,14 @@ def main(argv: list[str] | None = None) -> int:
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
         forwards.append((sock, port))
+    # A stop asked for while the server starts is kept and forwarded, so the relay never exits
+    # before its server has.
+    pending: list[int] = []
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda signum, frame: pending.append(signum))
     parent = os.getpid()
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=lambda: _die_with_parent(parent))
-    return asyncio.run(run(forwards, child))
+    return asyncio.run(run(forwards, child, pending))
 
 
 if __name__ == "__main__":
