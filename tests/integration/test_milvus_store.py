@@ -143,7 +143,7 @@ def test_hostile_ids_are_data_never_code(store):
     for i, item_id in enumerate(ids):
         assert np.allclose(store.fetch(name, [item_id]), vecs[i:i + 1], atol=1e-6), item_id
         [hits] = store.search(name, vecs[i:i + 1], 1)
-        assert hits[0].id == item_id  # returned verbatim: quotes, newlines, backslashes, 1024 bytes
+        assert hits[0].id == item_id  # returned verbatim: quotes, newlines, backslashes, 65,535 bytes
     # The id that turned a delete into "delete everything" removes exactly its own row.
     for gone, item_id in enumerate(HOSTILE, 1):
         store.delete(name, [item_id])
@@ -155,6 +155,29 @@ def test_hostile_ids_are_data_never_code(store):
     with pytest.raises(StoreError, match="is 65536 bytes of UTF-8, over the 65535") as err:
         store.upsert(name, ["é" * (ID_MAX_BYTES // 2 + 1)], vecs[:1], version=1)
     assert len(str(err.value)) < 200
+    store.drop(name)
+
+
+def test_a_collection_of_an_older_hygraph_keeps_its_id_limit(store):
+    """Collections created when item_id was VARCHAR(1024) still refuse longer ids, before sending them."""
+    from pymilvus import DataType, MilvusClient
+
+    name = "old_limit_chunks"
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("pk", DataType.INT64, is_primary=True)
+    schema.add_field("item_id", DataType.VARCHAR, max_length=1024)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=4)
+    schema.add_field("kind", DataType.VARCHAR, max_length=16)
+    schema.add_field("layer", DataType.INT64)
+    schema.add_field("version", DataType.INT64)
+    store.client.create_collection(name, schema=schema)
+    index = store.client.prepare_index_params()
+    index.add_index(field_name="vec", index_type="FLAT", metric_type="IP")
+    store.client.create_index(name, index)
+    store.open(name)
+    store.upsert(name, ["é" * 512], np.ones((1, 4), np.float32), version=1)  # 1,024 bytes: fits
+    with pytest.raises(StoreError, match="over the 1024 this collection stores .*rebuild the index"):
+        store.upsert(name, ["é" * 513], np.ones((1, 4), np.float32), version=1)
     store.drop(name)
 
 

@@ -90,7 +90,7 @@ def _store(insert_batch: int = 2000) -> tuple[MilvusStore, FakeClient]:
     store = MilvusStore.__new__(MilvusStore)
     store.cfg = VectorStoreConfig(insert_batch=insert_batch)
     store.uri, store._on_close, store._exc, store._metrics, store._version = "fake", None, MilvusException, {"c": "IP"}, None
-    store.missing_hint = ""
+    store.missing_hint, store._id_limits = "", {}
     store.client = FakeClient()
     return store, store.client
 
@@ -158,7 +158,7 @@ def test_id_length_limit_counts_utf8_bytes():
     store.upsert("c", ok, np.ones((3, 2), np.float32), version=1)
     assert {r["item_id"] for r in client.rows.values()} == set(ok)
     calls = len(client.calls)
-    with pytest.raises(StoreError, match="is 65537 bytes of UTF-8, over the 65535") as err:
+    with pytest.raises(StoreError, match="is 65537 bytes of UTF-8, over the 65535 this collection stores$") as err:
         store.upsert("c", ["ok", ok[2] + "é"], np.ones((2, 2), np.float32), version=1)
     assert len(str(err.value)) < 200 and "éééé" in str(err.value)  # a bounded preview of the id
     assert len(client.calls) == calls  # refused before anything was sent

@@ -99,6 +99,7 @@ class MilvusStore:
         if token is None:
             token = os.environ.get(cfg.token_env, "")
         self._metrics: dict[str, str] = {}
+        self._id_limits: dict[str, int] = {}  # item_id's max_length per collection, once created or opened
         self._version: str | None = None
         self.missing_hint = ""  # appended where a collection is missing (set by `connect`)
         try:
@@ -147,6 +148,7 @@ class MilvusStore:
         self._call("create_collection", self.client.create_collection, name, schema=schema,
                    consistency_level=CONSISTENCY)
         self._metrics[name] = metric
+        self._id_limits[name] = ID_MAX_BYTES
 
     def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
                layers: Sequence[int] | None = None) -> None:
@@ -156,14 +158,16 @@ class MilvusStore:
             raise StoreError(f"{name}: {len(ids)} ids for {len(vecs)} vectors")
         # One row per key: a repeated id keeps its last vector; two ids sharing a key are refused.
         rows: dict[int, int] = {}
+        limit = self._id_limits.get(name, ID_MAX_BYTES)
         for i, item_id in enumerate(ids):
             if not isinstance(item_id, str):
                 raise StoreError(f"{name}: vector id {short(item_id)} is not a string")
             key = id_key(item_id)
             size = len(item_id.encode("utf-8"))
-            if size > ID_MAX_BYTES:
+            if size > limit:
+                older = "" if limit >= ID_MAX_BYTES else " (an older hygraph's limit: rebuild the index)"
                 raise StoreError(f"{name}: vector id {short(item_id)} is {size} bytes of UTF-8, over the "
-                                 f"{ID_MAX_BYTES} Milvus stores")
+                                 f"{limit} this collection stores{older}")
             j = rows.get(key)
             if j is not None and ids[j] != item_id:
                 raise StoreError(f"{name}: ids {short(ids[j])} and {short(item_id)} have the same key {key}")
@@ -213,6 +217,7 @@ class MilvusStore:
         if not (fields.get("pk", {}).get("is_primary") and "item_id" in fields):
             raise StoreError(f"vector collection {name} has the schema of an older hygraph (string primary "
                              f"key); rebuild the index (`hygraph index`)")
+        self._id_limits[name] = int(fields["item_id"].get("params", {}).get("max_length", ID_MAX_BYTES))
         self._call("load_collection", self.client.load_collection, name)
         self.persist(name)  # a fresh load may still be replaying the log: wait until it caught up
 
@@ -258,6 +263,7 @@ class MilvusStore:
 
     def drop(self, name: str) -> None:
         self._metrics.pop(name, None)
+        self._id_limits.pop(name, None)
         if self.exists(name):
             self._call("drop_collection", self.client.drop_collection, name)
 
