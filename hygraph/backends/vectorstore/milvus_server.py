@@ -301,6 +301,8 @@ class StandaloneServer(ManagedServer):
             (home / sub).mkdir(parents=True, exist_ok=True)
         home.chmod(0o700)
         # New ports never reuse the dead server's: its etcd sessions are told apart by address.
+        # (Isolated, they are the namespace's own and only that matters; free on the host as well,
+        # they are the same ports whichever way the server runs.)
         old = (previous or {}).get("ports", {}) if (previous or {}).get("engine") == self.engine else {}
         names = TEMPLATE_PORTS + EXTRA_PORTS
         ports = dict(zip(names, free_ports(len(names), avoid=old.values())))
