@@ -28,10 +28,13 @@ pytestmark = [pytest.mark.integration,
                                                                   f"{netns.unavailable()}")]
 
 INSIDE = 7000
-# Echoes each connection until EOF, then half-closes; `SIGTERM` exits with status 3.
+# Echoes each connection until EOF, then half-closes; `SIGTERM` exits with status 3 a second later.
 ECHO = f"""
-import signal, socket, sys, threading
-signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))
+import signal, socket, sys, threading, time
+def stop(*args):
+    time.sleep(1)
+    sys.exit(3)
+signal.signal(signal.SIGTERM, stop)
 srv = socket.socket()
 srv.bind(("127.0.0.1", {INSIDE}))
 srv.listen(512)
@@ -148,6 +151,11 @@ def test_a_connection_before_the_server_listens_is_closed(tmp_path):
 def test_sigterm_is_forwarded_and_the_relay_exits_with_the_servers_status(echo):
     child = echo.child()
     echo.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    # While the server shuts down, new clients are refused rather than left waiting.
+    assert echo.proc.poll() is None and child.is_running()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", echo.port), timeout=2).close()
     assert echo.proc.wait(10) == 3  # the echo server's own exit status on SIGTERM
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
     with pytest.raises(OSError):

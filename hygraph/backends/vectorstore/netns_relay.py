@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import errno
 import fcntl
 import os
 import signal
@@ -33,7 +34,9 @@ import sys
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-CHUNK = 256 * 1024
+CHUNK = 64 * 1024  # per direction and connection
+# accept() failures that pass once connections close or memory frees: wait and accept again.
+TRANSIENT_ACCEPT = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 def private_namespace() -> bool:
@@ -93,16 +96,26 @@ async def _relay(conn: socket.socket, port: int) -> None:
 
 
 async def _serve(listener: socket.socket, port: int, conns: set[asyncio.Task]) -> None:
+    """Accept and relay until cancelled; then close the listener, so that new clients are refused."""
     loop = asyncio.get_running_loop()
-    while True:
-        try:
-            conn, _ = await loop.sock_accept(listener)
-        except (ConnectionAbortedError, InterruptedError):
-            continue
-        conn.setblocking(False)
-        task = asyncio.ensure_future(_relay(conn, port))
-        conns.add(task)
-        task.add_done_callback(conns.discard)
+    try:
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except (ConnectionAbortedError, InterruptedError):
+                continue
+            except OSError as exc:
+                if exc.errno not in TRANSIENT_ACCEPT:
+                    raise
+                print(f"netns_relay: accept on port {port}: {exc}", file=sys.stderr, flush=True)
+                await asyncio.sleep(0.5)
+                continue
+            conn.setblocking(False)
+            task = asyncio.ensure_future(_relay(conn, port))
+            conns.add(task)
+            task.add_done_callback(conns.discard)
+    finally:
+        listener.close()
 
 
 async def run(forwards: list[tuple[socket.socket, int]], child: subprocess.Popen, pending: list[int]) -> int:
@@ -125,6 +138,16 @@ async def run(forwards: list[tuple[socket.socket, int]], child: subprocess.Popen
         except ProcessLookupError:
             pass
 
+    def failed(task: asyncio.Task) -> None:
+        # A listener that can no longer accept makes the server unreachable: stop it, so that the
+        # next client's connect starts a new one.
+        if not task.cancelled() and task.exception() is not None:
+            print(f"netns_relay: stopped accepting: {task.exception()!r}; stopping the server",
+                  file=sys.stderr, flush=True)
+            forward(signal.SIGTERM)
+
+    for s in servers:
+        s.add_done_callback(failed)
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, forward, signum)
     for signum in pending:
@@ -138,8 +161,6 @@ async def run(forwards: list[tuple[socket.socket, int]], child: subprocess.Popen
         for task in list(conns):
             task.cancel()
         await asyncio.gather(*servers, *conns, return_exceptions=True)
-        for sock, _ in forwards:
-            sock.close()
     code = child.wait()
     return 128 - code if code < 0 else code
 
