@@ -317,6 +317,7 @@ def test_restart_after_sigkill_keeps_every_acknowledged_row(tmp_path):
     try:
         new = _state(tmp_path)
         assert new["pid"] != old["pid"] and not set(new["ports"].values()) & set(old["ports"].values())
+        assert not old.get("control") or not Path(old["control"]).exists()  # the dead server's, cleaned up
         assert restart_s < 30, restart_s  # stale etcd sessions revoked, not waited out (about 60 s)
         s2.open("crash_chunks")
         assert np.allclose(s2.fetch("crash_chunks", ids), vecs, atol=1e-6)

@@ -34,7 +34,6 @@ import sys
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-CHUNK = 64 * 1024  # per direction and connection
 # accept() failures that pass once connections close or memory frees: wait and accept again.
 TRANSIENT_ACCEPT = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
@@ -59,40 +58,73 @@ def _die_with_parent(parent: int) -> None:
         os._exit(127)
 
 
-async def _pump(src: socket.socket, dst: socket.socket) -> None:
-    """Copy one direction until EOF, then half-close the other side (the reverse direction goes on)."""
-    loop = asyncio.get_running_loop()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    while n := await loop.sock_recv_into(src, buf):
-        await loop.sock_sendall(dst, view[:n])
-    dst.shutdown(socket.SHUT_WR)
+class _Half(asyncio.Protocol):
+    """One end of a relayed connection: what it receives is written to the other end, an EOF is
+    passed on as a half-close, and a reset or close of either end closes both."""
+
+    def __init__(self) -> None:
+        self.peer: _Half | None = None
+        self.transport: asyncio.Transport | None = None
+        self.read_done = self.write_done = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.peer.transport is None:
+            transport.pause_reading()  # nowhere to write yet: `_relay` resumes it
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # Small gRPC frames must not wait for Nagle's delayed ACKs (40 ms).
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.peer.transport.write(data)
+
+    def eof_received(self) -> bool:
+        self.read_done = True
+        self.peer.transport.write_eof()  # after what is still buffered
+        self.peer.write_done = True
+        self._close_if_done()
+        self.peer._close_if_done()
+        return True
+
+    def _close_if_done(self) -> None:
+        if self.read_done and self.write_done:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer.transport is not None and not self.peer.transport.is_closing():
+            if exc is None:
+                self.peer.transport.close()
+            else:
+                self.peer.transport.abort()
+
+    # Backpressure: while this end cannot keep up, stop reading from the other.
+    def pause_writing(self) -> None:
+        self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.peer.transport.resume_reading()
 
 
 async def _relay(conn: socket.socket, port: int) -> None:
+    """Connect `conn` to 127.0.0.1:`port`; the two `_Half` protocols relay from then on."""
     loop = asyncio.get_running_loop()
-    upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    upstream.setblocking(False)
+    client, upstream = _Half(), _Half()
+    client.peer, upstream.peer = upstream, client
     try:
-        try:
-            await loop.sock_connect(upstream, ("127.0.0.1", port))
-        except OSError:
-            return  # the server is not listening (yet): the client sees its connection closed
-        # Small gRPC frames must not wait for Nagle's delayed ACKs (40 ms).
-        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if conn.family in (socket.AF_INET, socket.AF_INET6):
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        pumps = [asyncio.ensure_future(_pump(conn, upstream)), asyncio.ensure_future(_pump(upstream, conn))]
-        try:
-            # Both directions end at EOF; a reset on either ends both.
-            await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
-        finally:
-            for p in pumps:
-                p.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)
-    finally:
-        upstream.close()
+        await loop.create_connection(lambda: upstream, "127.0.0.1", port)
+    except OSError:
+        conn.close()  # the server is not listening (yet): the client sees its connection closed
+        return
+    try:
+        await loop.connect_accepted_socket(lambda: client, sock=conn)
+    except BaseException as exc:
+        upstream.transport.abort()
         conn.close()
+        if isinstance(exc, OSError):
+            return  # the client is gone already
+        raise
+    upstream.transport.resume_reading()  # what the server sent meanwhile can go to the client now
 
 
 async def _serve(listener: socket.socket, port: int, conns: set[asyncio.Task]) -> None:
