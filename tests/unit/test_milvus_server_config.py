@@ -116,3 +116,17 @@ def test_the_relay_command_runs_the_standard_library_relay_in_a_new_user_and_net
         fds = a.fileno(), b.fileno()
     assert argv[1:2] == ["-rn"] and argv[3:6] == ["-I", "-S", str(ms.netns.RELAY)]
     assert argv[6:] == [f"--forward={fds[0]}:1", f"--forward={fds[1]}:2", "--", "/bin/milvus", "run", "standalone"]
+
+
+def test_isolation_netns_does_not_attach_to_a_server_running_without_it(tmp_path):
+    running = {"engine": "standalone", "pid": 4242, "host": "127.0.0.1", "port": 1234, "isolation": "none"}
+    with pytest.raises(ms.StoreError, match="runs without network isolation") as err:
+        ms.StandaloneServer(tmp_path, isolation="netns")._adopt(running)
+    assert "\n" not in str(err.value) and "vector_store.isolation" in str(err.value)
+    for isolation in ("auto", "none"):
+        server = ms.StandaloneServer(tmp_path, isolation=isolation)
+        server._adopt(running)
+        assert server.port == 1234
+    strict = ms.StandaloneServer(tmp_path, isolation="netns")
+    strict._adopt({**running, "isolation": "netns"})
+    assert strict.pid == 4242

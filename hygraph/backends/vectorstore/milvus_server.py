@@ -347,6 +347,13 @@ class StandaloneServer(ManagedServer):
                 sock.close()
         return proc, {**fields, "port": port, "isolation": "netns", "control": str(control)}
 
+    def _adopt(self, state: dict[str, Any]) -> None:
+        if self.isolation == "netns" and state.get("isolation") != "netns":
+            raise StoreError(f"vector_store.isolation: netns, but the embedded Milvus server of {self.data_dir} "
+                             f"(pid {state['pid']}) runs without network isolation; stop the processes that use "
+                             f"it, or set vector_store.isolation to auto or none")
+        super()._adopt(state)
+
     def _isolate(self, ports: dict[str, int]) -> bool:
         """Whether to run the server in a private network namespace (`vector_store.isolation`)."""
         if self.isolation == "none":
