@@ -51,9 +51,8 @@ def loopback_up() -> None:
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
 
 
-def _die_with_parent(parent: int) -> None:
+def _die_with_parent(libc: ctypes.CDLL, parent: int) -> None:
     """In the child between fork and exec: SIGKILL when the relay dies, including before this ran."""
-    libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
         os._exit(127)
 
@@ -223,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     pending: list[int] = []
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda signum, frame: pending.append(signum))
-    parent = os.getpid()
-    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=lambda: _die_with_parent(parent))
+    libc, parent = ctypes.CDLL(None, use_errno=True), os.getpid()  # loaded here, not in the forked child
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=lambda: _die_with_parent(libc, parent))
     return asyncio.run(run(forwards, child, pending))
 
 
