@@ -77,6 +77,12 @@ class VectorStoreConfig(Section):
     lite_port: int = Field(0, ge=0)  # 0: pick a free port
     server_start_timeout_s: float = Field(60.0, gt=0)  # a managed server must answer within this
     server_cache_dir: str = ""  # where the embedded server's binaries are unpacked once; "": ~/.cache/hygraph
+    # The embedded server's network isolation. "netns": run it in a private network namespace
+    # (`unshare -rn`, unprivileged user namespaces) where none of its sockets is reachable from
+    # outside, with the proxy relayed from 127.0.0.1; refuse to start where that is unavailable.
+    # "auto": the same where available, else run it directly with a warning (Milvus 2.3.5 then
+    # listens on every interface). "none": run it directly. Authorization is on in every mode.
+    isolation: Literal["auto", "netns", "none"] = "auto"
     collection_prefix: str = "hygraph"
     index_type: Literal["HNSW", "FLAT", "IVF_FLAT"] = "HNSW"
     hnsw_m: int = Field(16, ge=4)

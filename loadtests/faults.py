@@ -223,7 +223,8 @@ async def fault_retriever(server: ServeProcess, args: argparse.Namespace, docs: 
 
 def _store_pid(index_dir: Path) -> int | None:
     """The managed Milvus server recorded in `<index>/milvus/server.json` (`pid`: the process to kill),
-    the embedded standalone server or Milvus Lite, while it is alive."""
+    the embedded standalone server or Milvus Lite, while it is alive. With network isolation it is
+    the namespace's relay, whose Milvus child gets SIGKILL when the relay dies."""
     state = index_dir / "milvus" / "server.json"
     pid = json.loads(state.read_text())["pid"] if state.is_file() else None
     return pid if pid and psutil.pid_exists(pid) else None

@@ -6,6 +6,11 @@ those not bound to a loopback address (`0.0.0.0` and `::` count as exposed: they
 interface). Reusable for the whole-service check: pass `hygraph serve`'s pid, plus the pid recorded
 in `<index>/milvus/server.json` (the managed Milvus server runs in its own session, so it is not a
 descendant of the process that started it).
+
+Only sockets of this (the host's) network namespace are listed: psutil matches a process's socket
+descriptors against this namespace's socket tables. An isolated embedded Milvus server's own
+sockets are in its private namespace, unreachable from here and invisible; its relay's listener,
+created in this namespace, is listed.
 """
 
 from __future__ import annotations

@@ -1,27 +1,30 @@
 """Every vector store path against the real embedded Milvus standalone server (and Milvus Lite).
 
 The server is the `milvus` package's 2.3.5 standalone binary, started by `vectorstore.connect`
-as the index's managed child process; nothing here is mocked.
+as the index's managed child process, in its own network namespace where user namespaces allow
+(`vector_store.isolation: auto`, the default); nothing here is mocked.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 
-from hygraph.backends.vectorstore import connect
+from hygraph.backends.vectorstore import connect, netns
 from hygraph.backends.vectorstore.milvus import ID_MAX_BYTES
+from hygraph.backends.vectorstore.milvus_server import StandaloneServer, http_json
 from hygraph.config import VectorStoreConfig
 from hygraph.errors import StoreError, StoreUnavailable
 from tests.sockets import exposed, is_loopback, listening
@@ -40,9 +43,11 @@ HOSTILE = [
     "pk > 0 || true",
     "emoji 🦉:3",
     "d" * 256 + ":4095",
-    "é" * (ID_MAX_BYTES // 2),  # exactly the limit in UTF-8 bytes
+    "🦉" * 256 + ":4095",  # the longest document id, in 4-byte characters, with a chunk ordinal
+    "é" * (ID_MAX_BYTES // 2) + "x",  # exactly the limit in UTF-8 bytes (an entity name may be that long)
 ]
 ROOT = Path(__file__).resolve().parents[2]
+NO_NETNS = netns.unavailable()
 
 
 def _unit(rng: np.random.Generator, n: int, dim: int = 8) -> np.ndarray:
@@ -138,7 +143,7 @@ def test_hostile_ids_are_data_never_code(store):
     for i, item_id in enumerate(ids):
         assert np.allclose(store.fetch(name, [item_id]), vecs[i:i + 1], atol=1e-6), item_id
         [hits] = store.search(name, vecs[i:i + 1], 1)
-        assert hits[0].id == item_id  # returned verbatim: quotes, newlines, backslashes, 1024 bytes
+        assert hits[0].id == item_id  # returned verbatim: quotes, newlines, backslashes, 65,535 bytes
     # The id that turned a delete into "delete everything" removes exactly its own row.
     for gone, item_id in enumerate(HOSTILE, 1):
         store.delete(name, [item_id])
@@ -147,9 +152,32 @@ def test_hostile_ids_are_data_never_code(store):
         left = {h.id for h in hits}
         assert left == set(plain) | set(HOSTILE[gone:]), item_id
     assert np.allclose(store.fetch(name, plain), vecs[:10], atol=1e-6)
-    with pytest.raises(StoreError, match="over 1024 bytes") as err:
-        store.upsert(name, ["é" * 512 + "x"], vecs[:1], version=1)
+    with pytest.raises(StoreError, match="is 65536 bytes of UTF-8, over the 65535") as err:
+        store.upsert(name, ["é" * (ID_MAX_BYTES // 2 + 1)], vecs[:1], version=1)
     assert len(str(err.value)) < 200
+    store.drop(name)
+
+
+def test_a_collection_of_an_older_hygraph_keeps_its_id_limit(store):
+    """Collections created when item_id was VARCHAR(1024) still refuse longer ids, before sending them."""
+    from pymilvus import DataType, MilvusClient
+
+    name = "old_limit_chunks"
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("pk", DataType.INT64, is_primary=True)
+    schema.add_field("item_id", DataType.VARCHAR, max_length=1024)
+    schema.add_field("vec", DataType.FLOAT_VECTOR, dim=4)
+    schema.add_field("kind", DataType.VARCHAR, max_length=16)
+    schema.add_field("layer", DataType.INT64)
+    schema.add_field("version", DataType.INT64)
+    store.client.create_collection(name, schema=schema)
+    index = store.client.prepare_index_params()
+    index.add_index(field_name="vec", index_type="FLAT", metric_type="IP")
+    store.client.create_index(name, index)
+    store.open(name)
+    store.upsert(name, ["é" * 512], np.ones((1, 4), np.float32), version=1)  # 1,024 bytes: fits
+    with pytest.raises(StoreError, match="over the 1024 this collection stores .*rebuild the index"):
+        store.upsert(name, ["é" * 513], np.ones((1, 4), np.float32), version=1)
     store.drop(name)
 
 
@@ -174,22 +202,26 @@ def test_writes_are_visible_to_another_process_after_persist(store, index_dir):
     store.drop(name)
 
 
-def test_listening_sockets_are_loopback_or_behind_authorization(store, index_dir):
+def _outside_addresses() -> list[str]:
+    """This machine's addresses other than loopback (link-local IPv6 left out: it needs a scope)."""
+    return [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6) and not a.address.startswith(("127.", "::1", "fe80"))]
+
+
+def _reachable(addr: str, port: int) -> bool:
+    try:
+        socket.create_connection((addr, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def _check_authorization(index_dir: Path, state: dict) -> None:
+    """No token, the default password and a wrong one are refused; the generated secret works. The
+    password never reaches the log; the log (which names etcd's root path while the server starts)
+    and the secret file are readable by their owner only."""
     from pymilvus import MilvusClient
 
-    state = _state(index_dir)
-    ports = state["ports"]
-    socks = listening(state["pid"])
-    assert {s.port for s in socks} <= set(ports.values())
-    for s in socks:
-        print(s, [k for k, v in ports.items() if v == s.port])
-    # etcd (client and peer) takes a loopback address from its configuration.
-    etcd = [s for s in socks if s.port in (ports["etcd_port"], ports["etcd_peer_port"])]
-    assert len(etcd) == 2 and all(is_loopback(s.ip) for s in etcd)
-    # Milvus 2.3.5 binds its gRPC servers and metrics port to every interface whatever `ip` says;
-    # those are exactly the component ports, and authorization is on.
-    components = set(ports.values()) - {ports["etcd_port"], ports["etcd_peer_port"], ports["index_coord_port"]}
-    assert {s.port for s in exposed(socks)} <= components
     assert state["auth"] is True
     secret = json.loads((index_dir / "milvus" / "standalone" / "secret.json").read_text())
     uri = f"http://127.0.0.1:{state['port']}"
@@ -200,22 +232,53 @@ def test_listening_sockets_are_loopback_or_behind_authorization(store, index_dir
     c = MilvusClient(uri=uri, token=f"root:{secret['password']}", timeout=5)
     assert isinstance(c.list_collections(), list)
     c.close()
-    # The metrics port's /expr endpoint is keyed by etcd's root path: the default no longer opens it.
-    metrics = f"http://127.0.0.1:{ports['metrics_port']}"
-    with urllib.request.urlopen(f"{metrics}/healthz", timeout=5) as resp:
-        assert b"OK" in resp.read()
-    try:
-        with urllib.request.urlopen(f"{metrics}/expr?code=1&auth=by-dev", timeout=5) as resp:
-            body = resp.read()
-    except urllib.error.HTTPError as exc:
-        body = exc.read()
-    assert b"auth is invalid" in body
-    # The password never reaches the log; the log (which names etcd's root path while the server
-    # starts) and the secret file are readable by their owner only.
     log_path = index_dir / "milvus" / "server.log"
     assert secret["password"] not in log_path.read_text(errors="replace")
     for path in (log_path, index_dir / "milvus" / "standalone" / "secret.json"):
         assert path.stat().st_mode & 0o077 == 0, path
+
+
+def _check_expr_needs_the_root_path(state: dict) -> None:
+    """The health port's /expr endpoint is keyed by etcd's root path: the default `by-dev` is refused."""
+    conn = StandaloneServer.endpoint(state, "metrics_port", 5)
+    assert "OK" in http_json(conn, "/healthz")
+    conn = StandaloneServer.endpoint(state, "metrics_port", 5)
+    conn.request("GET", "/expr?code=1&auth=by-dev")
+    body = conn.getresponse().read()
+    conn.close()
+    assert b"auth is invalid" in body
+
+
+@pytest.mark.skipif(bool(NO_NETNS), reason=f"no private network namespace: {NO_NETNS}")
+def test_every_socket_seen_from_the_host_is_the_relayed_proxy_on_loopback(store, index_dir):
+    state = _state(index_dir)
+    assert state["isolation"] == "netns"
+    relay, milvus = psutil.Process(state["pid"]), psutil.Process(state["milvus_pid"])
+    assert milvus.ppid() == relay.pid and "milvus" in " ".join(milvus.cmdline())
+    # psutil sees the host namespace's sockets only: of the whole tree, just the relay's one.
+    socks = listening(state["pid"])
+    print("\n".join(str(s) for s in socks))
+    assert [(s.pid, s.ip, s.port) for s in socks] == [(relay.pid, "127.0.0.1", state["port"])]
+    assert not exposed(socks)
+    # From the host, no Milvus port answers on any address, loopback included; the relayed proxy
+    # answers on loopback only. (A port number that some other process on this machine listens on
+    # says nothing about ours, so it is left out.)
+    others = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN
+              and c.pid != relay.pid}
+    for name, port in state["ports"].items():
+        if port in others:
+            print(f"{name} {port}: another process on this machine listens on it; not checked")
+            continue
+        for addr in ("127.0.0.1", *_outside_addresses()):
+            assert not _reachable(addr, port), (name, addr, port)
+    assert _reachable("127.0.0.1", state["port"])
+    assert _outside_addresses() and not any(_reachable(a, state["port"]) for a in _outside_addresses())
+    # etcd and the health port are reached through Unix sockets in a directory of the owner's only.
+    control = Path(state["control"])
+    assert stat.S_IMODE(control.stat().st_mode) == 0o700
+    assert sorted(p.name for p in control.iterdir()) == ["etcd_port.sock", "metrics_port.sock"]
+    _check_expr_needs_the_root_path(state)
+    _check_authorization(index_dir, state)  # on in every mode
 
 
 def test_a_second_index_runs_its_own_server_beside_the_first(store, index_dir, tmp_path):
@@ -242,7 +305,9 @@ def test_restart_after_sigkill_keeps_every_acknowledged_row(tmp_path):
     s.upsert("crash_chunks", ids[20:], vecs[20:], version=2)  # acknowledged, never flushed
     s.persist("crash_chunks")
     old = _state(tmp_path)
-    os.kill(old["pid"], signal.SIGKILL)
+    os.kill(old["pid"], signal.SIGKILL)  # what loadtests/faults.py does: the recorded pid
+    if old["isolation"] == "netns":  # the relay: Milvus, its child, dies with it
+        assert _gone_within(old["milvus_pid"], 10), "Milvus outlived its relay"
     time.sleep(0.5)
     with pytest.raises(StoreUnavailable):
         s.search("crash_chunks", vecs[:1], 3)
@@ -252,6 +317,7 @@ def test_restart_after_sigkill_keeps_every_acknowledged_row(tmp_path):
     try:
         new = _state(tmp_path)
         assert new["pid"] != old["pid"] and not set(new["ports"].values()) & set(old["ports"].values())
+        assert not old.get("control") or not Path(old["control"]).exists()  # the dead server's, cleaned up
         assert restart_s < 30, restart_s  # stale etcd sessions revoked, not waited out (about 60 s)
         s2.open("crash_chunks")
         assert np.allclose(s2.fetch("crash_chunks", ids), vecs, atol=1e-6)
@@ -264,17 +330,31 @@ def test_restart_after_sigkill_keeps_every_acknowledged_row(tmp_path):
     assert not _servers_of(tmp_path)
 
 
+def _gone_within(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_the_last_client_out_stops_the_server(tmp_path):
     a = connect(VectorStoreConfig(), tmp_path)
     b = connect(VectorStoreConfig(), tmp_path)
-    pid = _state(tmp_path)["pid"]
+    state = _state(tmp_path)
+    pid = state["pid"]
     a.close()
     assert psutil.pid_exists(pid)
     b.ping()
     b.close()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not (tmp_path / "milvus" / "server.json").exists()
-    assert not Path(f"/tmp/milvus/server_id_{pid}").exists()
+    assert not Path(f"/tmp/milvus/server_id_{state.get('milvus_pid', pid)}").exists()
+    assert not state.get("control") or not Path(state["control"]).exists()
     assert not _servers_of(tmp_path)
 
 
@@ -341,3 +421,46 @@ def test_a_fresh_reader_after_a_restart_sees_every_acknowledged_row(tmp_path):
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res == {"fetch": True, "top": ids[250:260]}
     assert not _servers_of(tmp_path)
+
+
+def test_without_user_namespaces_auto_falls_back_with_a_warning_and_netns_refuses(tmp_path, monkeypatch, caplog):
+    """Where `unshare -rn` fails (here a stand-in on PATH that fails as a kernel forbidding user
+    namespaces makes it), `netns` is a one-line error naming the setting and starts nothing; `auto`
+    warns once, naming the ports it exposes and the setting, and runs the server as `none` does:
+    etcd on loopback, Milvus 2.3.5's component ports on every interface, authorization on."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "unshare").write_text("#!/bin/sh\necho 'unshare: write failed /proc/self/uid_map: Operation not "
+                                  "permitted' >&2\nexit 1\n")
+    (fake / "unshare").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(netns, "_probed", None)  # probe again, once, with the stand-in
+    with pytest.raises(StoreError) as err:
+        connect(VectorStoreConfig(isolation="netns"), tmp_path / "strict")
+    msg = str(err.value)
+    assert "\n" not in msg and "vector_store.isolation: netns" in msg and "uid_map" in msg
+    assert not (tmp_path / "strict" / "milvus" / "server.json").exists() and not _servers_of(tmp_path / "strict")
+
+    index = tmp_path / "fallback"
+    with caplog.at_level(logging.WARNING, logger="hygraph.backends.vectorstore.milvus_server"):
+        s = connect(VectorStoreConfig(), index)
+    try:
+        state = _state(index)
+        assert state["isolation"] == "none" and "control" not in state
+        [warning] = [r.getMessage() for r in caplog.records if "without network isolation" in r.getMessage()]
+        assert "\n" not in warning and "vector_store.isolation" in warning and "uid_map" in warning
+        ports = state["ports"]
+        assert all(str(ports[n]) in warning for n in ("proxy_port", "query_node_port", "metrics_port"))
+        socks = listening(state["pid"])
+        print("\n".join(str(x) for x in socks))
+        assert {x.port for x in socks} <= set(ports.values())
+        etcd = [x for x in socks if x.port in (ports["etcd_port"], ports["etcd_peer_port"])]
+        assert len(etcd) == 2 and all(is_loopback(x.ip) for x in etcd)
+        # Milvus 2.3.5 binds its gRPC servers and health port to every interface whatever `ip` says.
+        components = set(ports.values()) - {ports["etcd_port"], ports["etcd_peer_port"], ports["index_coord_port"]}
+        assert {x.port for x in exposed(socks)} == components
+        _check_expr_needs_the_root_path(state)
+        _check_authorization(index, state)
+    finally:
+        s.close()
+    assert not _servers_of(index)

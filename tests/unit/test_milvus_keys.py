@@ -15,7 +15,7 @@ import pytest
 from hygraph.backends.vectorstore import milvus as mv
 from hygraph.backends.vectorstore.milvus import ID_MAX_BYTES, MilvusStore, id_key, short
 from hygraph.config import VectorStoreConfig
-from hygraph.errors import StoreError
+from hygraph.errors import StoreError, StoreUnavailable
 
 HOSTILE = [
     "zz'] or id not in ['",
@@ -90,7 +90,7 @@ def _store(insert_batch: int = 2000) -> tuple[MilvusStore, FakeClient]:
     store = MilvusStore.__new__(MilvusStore)
     store.cfg = VectorStoreConfig(insert_batch=insert_batch)
     store.uri, store._on_close, store._exc, store._metrics, store._version = "fake", None, MilvusException, {"c": "IP"}, None
-    store.missing_hint = ""
+    store.missing_hint, store._id_limits = "", {}
     store.client = FakeClient()
     return store, store.client
 
@@ -149,12 +149,19 @@ def test_a_repeated_id_keeps_its_last_vector():
 
 
 def test_id_length_limit_counts_utf8_bytes():
-    store, _ = _store()
-    ok = "é" * (ID_MAX_BYTES // 2)  # 1024 bytes
-    store.upsert("c", [ok], np.ones((1, 2), np.float32), version=1)
-    with pytest.raises(StoreError, match="over 1024 bytes") as err:
-        store.upsert("c", [ok + "x"], np.ones((1, 2), np.float32), version=1)
-    assert len(str(err.value)) < 200
+    store, client = _store()
+    assert ID_MAX_BYTES == 65535  # Milvus's largest VARCHAR
+    # The longest document id (256 characters of 4 bytes) with a chunk ordinal, a long entity name,
+    # and exactly the limit in 2-byte characters are all stored.
+    ok = ["🦉" * 256 + ":4095", "entity " * 4000, "é" * (ID_MAX_BYTES // 2) + "x"]
+    assert len(ok[2].encode("utf-8")) == ID_MAX_BYTES
+    store.upsert("c", ok, np.ones((3, 2), np.float32), version=1)
+    assert {r["item_id"] for r in client.rows.values()} == set(ok)
+    calls = len(client.calls)
+    with pytest.raises(StoreError, match="is 65537 bytes of UTF-8, over the 65535 this collection stores$") as err:
+        store.upsert("c", ["ok", ok[2] + "é"], np.ones((2, 2), np.float32), version=1)
+    assert len(str(err.value)) < 200 and "éééé" in str(err.value)  # a bounded preview of the id
+    assert len(client.calls) == calls  # refused before anything was sent
 
 
 def test_a_non_string_or_unencodable_id_is_a_store_error():
@@ -170,3 +177,89 @@ def test_missing_id_message_is_truncated():
     with pytest.raises(StoreError) as err:
         store.fetch("c", ["q" * 10000])
     assert len(str(err.value)) < 200
+
+
+def _rpc_error(code):
+    """The error grpc raises for a failed call (a deadline, or UNAVAILABLE when pymilvus does not retry it)."""
+    import grpc
+
+    class RpcError(grpc.RpcError):
+        def code(self):
+            return code
+
+        def details(self):
+            return "connect closed timeout unavailable"
+
+    return RpcError()
+
+
+def test_errors_are_classified_by_code_never_by_message_text():
+    """What pymilvus 3.0.2 raises against Milvus 2.3.5 (observed): a call to a dead or unreachable
+    server is code 2 ("Fail connecting to server ..."); a deadline is grpc's DEADLINE_EXCEEDED as it
+    is; retries run out with grpc's status as the code. Messages quote ids and expressions, and a
+    word in them never makes a permanent error retryable."""
+    import grpc
+    from pymilvus.exceptions import MilvusException
+
+    transient = [
+        MilvusException(2, "Fail connecting to server on 127.0.0.1:1, illegal connection params or server unavailable"),
+        MilvusException(grpc.StatusCode.UNAVAILABLE, "[search] Retry run out of 75 retry times, Socket closed"),
+        MilvusException(8, "rate limit exceeded"),
+        MilvusException(1, "service not ready", retriable=True),
+        _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED),
+        _rpc_error(grpc.StatusCode.UNAVAILABLE),
+    ]
+    words = "connect closed timeout timed out deadline unavailable refused goaway too_many_pings"
+    permanent = [
+        MilvusException(65535, f"cannot parse expression: {words} ((, error: invalid expression"),
+        MilvusException(1100, f"the length (70000) of 0th string exceeds max length: {words}"),
+        MilvusException(100, f"collection not found[collection={words}]"),
+        MilvusException(1, f"Unexpected error, message=<{words}>"),
+        MilvusException(grpc.StatusCode.INVALID_ARGUMENT, words),
+        _rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED),  # a message over gRPC's size limit
+        _rpc_error(grpc.StatusCode.UNAUTHENTICATED),
+    ]
+    for exc in transient:
+        assert mv._unavailable(exc), exc
+    for exc in permanent:
+        assert not mv._unavailable(exc), exc
+
+
+def test_a_permanent_error_quoting_connection_words_is_a_store_error_not_unavailable():
+    from pymilvus.exceptions import MilvusException
+
+    store, client = _store()
+
+    def fail(*args, **kwargs):
+        raise MilvusException(65535, "invalid id 'connection closed: timeout'")
+
+    client.upsert = fail
+    with pytest.raises(StoreError) as err:
+        store.upsert("c", ["connection closed: timeout"], np.ones((1, 2), np.float32), version=1)
+    assert not isinstance(err.value, StoreUnavailable)
+
+    def gone(*args, **kwargs):
+        raise MilvusException(2, "Fail connecting to server on 127.0.0.1:1, illegal connection params or server unavailable")
+
+    client.upsert = gone
+    with pytest.raises(StoreUnavailable):
+        store.upsert("c", ["a"], np.ones((1, 2), np.float32), version=1)
+
+
+def test_persist_skips_a_collection_that_is_not_loaded_by_its_code():
+    from pymilvus.exceptions import MilvusException
+
+    store, client = _store()
+
+    def not_loaded(*args, **kwargs):
+        raise MilvusException(101, "failed to query: collection not loaded[collection=1]")
+
+    client.get = not_loaded
+    store.persist("c")
+
+    def other(*args, **kwargs):
+        raise MilvusException(65535, "id 'not loaded' is bad")
+
+    client.get = other
+    with pytest.raises(StoreError, match="persist failed"):
+        store.persist("c")

@@ -24,7 +24,7 @@ def managed_server(cfg: VectorStoreConfig, index_dir: str | Path):  # -> Managed
         return LiteServer(data_dir, cfg.lite_host, cfg.lite_port, cfg.server_start_timeout_s)
     from hygraph.backends.vectorstore.milvus_server import StandaloneServer
 
-    return StandaloneServer(data_dir, cfg.server_start_timeout_s, cfg.server_cache_dir)
+    return StandaloneServer(data_dir, cfg.server_start_timeout_s, cfg.server_cache_dir, cfg.isolation)
 
 
 def _other_engine_hint(cfg: VectorStoreConfig, data_dir: Path) -> str:

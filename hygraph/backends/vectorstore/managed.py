@@ -209,6 +209,9 @@ class ManagedServer:
                             f"vector_store.uri")
                     # Recorded but unusable (half started, hung, or another engine nobody uses): replace it.
                     self._kill(state)
+                elif state:
+                    # It died (killed, crashed): clean up what it left before a new one starts.
+                    self._after_exit(state)
                 self._spawn(state)
             self._client_file = self.data_dir / "clients" / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
             self._client_file.parent.mkdir(parents=True, exist_ok=True)

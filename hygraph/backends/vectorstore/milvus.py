@@ -16,15 +16,17 @@ import logging
 import os
 from typing import Any, Callable, Sequence
 
+import grpc
 import numpy as np
 
 from hygraph.backends.vectorstore.base import Hit, Metric
 from hygraph.config import VectorStoreConfig
 from hygraph.errors import StoreError, StoreUnavailable
 
-# Document ids may be 256 characters and chunk ids add `:<ordinal>`; a character can take 4 bytes
-# of UTF-8, and Milvus counts VARCHAR max_length in bytes.
-ID_MAX_BYTES = 1024
+# Milvus's largest VARCHAR (max_length counts UTF-8 bytes). Document ids are up to 256 characters
+# (1,024 bytes) and chunk ids add `:<ordinal>`, but entity ids are normalized entity names of any
+# length; an id over this is refused before anything is sent.
+ID_MAX_BYTES = 65535
 # Keys per `pk in [...]` get or delete, comfortably under Milvus's query result and message limits.
 KEY_BATCH = 1000
 # Reads see every write older than Milvus's graceful time (5 s) without waiting in the normal case;
@@ -59,11 +61,29 @@ def short(value: Any, limit: int = 80) -> str:
     return repr(text[:limit]) + (f"... ({len(text)} chars)" if len(text) > limit else "")
 
 
-def _unavailable(exc: Exception) -> bool:
-    text = str(exc).lower()
+# What makes a failure retryable (StoreUnavailable, 503), by code only: messages quote ids and
+# expressions, so their text never decides. gRPC's own statuses, raised as they are (a deadline) or
+# as the `code` of the MilvusException pymilvus raises when its retries run out: the server is
+# unreachable (a refused or dropped connection, GOAWAY) or did not answer in time.
+TRANSIENT_GRPC = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# pymilvus's CONNECT_FAILED (2: no channel to the server, which is what every call on a connection
+# to a dead server raises; it is also Milvus's own "service unavailable") and Milvus's rate limit
+# (8). Anything else Milvus marks `retriable` counts too.
+TRANSIENT_CODES = frozenset({2, 8})
+# Milvus's "collection not loaded".
+NOT_LOADED = 101
+
+
+def _code(exc: Exception) -> Any:
     code = getattr(exc, "code", None)
-    return (code == 2 or any(s in text for s in ("unavailable", "connect", "deadline", "timed out", "timeout",
-                                                  "closed", "refused", "too_many_pings", "goaway")))
+    return code() if isinstance(exc, grpc.RpcError) and callable(code) else code
+
+
+def _unavailable(exc: Exception) -> bool:
+    code = _code(exc)
+    if isinstance(code, grpc.StatusCode):
+        return code in TRANSIENT_GRPC
+    return code in TRANSIENT_CODES or getattr(exc, "retriable", False) is True
 
 
 class MilvusStore:
@@ -79,6 +99,7 @@ class MilvusStore:
         if token is None:
             token = os.environ.get(cfg.token_env, "")
         self._metrics: dict[str, str] = {}
+        self._id_limits: dict[str, int] = {}  # item_id's max_length per collection, once created or opened
         self._version: str | None = None
         self.missing_hint = ""  # appended where a collection is missing (set by `connect`)
         try:
@@ -95,8 +116,6 @@ class MilvusStore:
         return StoreError(f"Milvus {what} failed: {str(exc)[:300]}")
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        import grpc
-
         try:
             return fn(*args, **kwargs)
         except (self._exc, grpc.RpcError) as exc:
@@ -129,6 +148,7 @@ class MilvusStore:
         self._call("create_collection", self.client.create_collection, name, schema=schema,
                    consistency_level=CONSISTENCY)
         self._metrics[name] = metric
+        self._id_limits[name] = ID_MAX_BYTES
 
     def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
                layers: Sequence[int] | None = None) -> None:
@@ -138,12 +158,16 @@ class MilvusStore:
             raise StoreError(f"{name}: {len(ids)} ids for {len(vecs)} vectors")
         # One row per key: a repeated id keeps its last vector; two ids sharing a key are refused.
         rows: dict[int, int] = {}
+        limit = self._id_limits.get(name, ID_MAX_BYTES)
         for i, item_id in enumerate(ids):
             if not isinstance(item_id, str):
                 raise StoreError(f"{name}: vector id {short(item_id)} is not a string")
             key = id_key(item_id)
-            if len(item_id.encode("utf-8")) > ID_MAX_BYTES:
-                raise StoreError(f"{name}: vector id {short(item_id)} is over {ID_MAX_BYTES} bytes of UTF-8")
+            size = len(item_id.encode("utf-8"))
+            if size > limit:
+                older = "" if limit >= ID_MAX_BYTES else " (an older hygraph's limit: rebuild the index)"
+                raise StoreError(f"{name}: vector id {short(item_id)} is {size} bytes of UTF-8, over the "
+                                 f"{limit} this collection stores{older}")
             j = rows.get(key)
             if j is not None and ids[j] != item_id:
                 raise StoreError(f"{name}: ids {short(ids[j])} and {short(item_id)} have the same key {key}")
@@ -164,13 +188,11 @@ class MilvusStore:
     def persist(self, name: str) -> None:
         """Milvus acknowledges a write once it is durable; a strongly consistent read then waits until
         every write so far is visible, so every process's searches and gets see them."""
-        import grpc
-
         try:
             self.client.get(name, ids=[0], output_fields=["pk"], consistency_level="Strong")
         except (self._exc, grpc.RpcError) as exc:
             # Not loaded: nothing reads it until `open` loads it, with everything written so far.
-            if "not loaded" not in str(exc):
+            if _code(exc) != NOT_LOADED:
                 raise self._mapped("persist", exc) from None
 
     def seal(self, name: str) -> None:
@@ -195,6 +217,7 @@ class MilvusStore:
         if not (fields.get("pk", {}).get("is_primary") and "item_id" in fields):
             raise StoreError(f"vector collection {name} has the schema of an older hygraph (string primary "
                              f"key); rebuild the index (`hygraph index`)")
+        self._id_limits[name] = int(fields["item_id"].get("params", {}).get("max_length", ID_MAX_BYTES))
         self._call("load_collection", self.client.load_collection, name)
         self.persist(name)  # a fresh load may still be replaying the log: wait until it caught up
 
@@ -240,6 +263,7 @@ class MilvusStore:
 
     def drop(self, name: str) -> None:
         self._metrics.pop(name, None)
+        self._id_limits.pop(name, None)
         if self.exists(name):
             self._call("drop_collection", self.client.drop_collection, name)
 

@@ -9,11 +9,18 @@ therefore runs the binary directly, under `managed.py`'s lifecycle:
 - binaries unpacked once per machine into a cache directory, shared by every index;
 - every port chosen free at start: proxy, proxy internal, root/query/data coord, query/index/data
   node, the (unused) index coord address, etcd client and peer, and the metrics/health port;
-- etcd (embedded) on 127.0.0.1. Milvus 2.3.5's gRPC servers and its metrics/health HTTP server
-  listen on every interface whatever the configuration says (`<component>.ip` only sets the
-  advertised address), so authorization is on: `root` gets a generated password and etcd's root
-  path (which is also the key of the metrics port's `/expr` endpoint) is generated too; both are
-  in `<index>/milvus/standalone/secret.json` (0600) and never logged. The adapter uses them;
+- network isolation (`vector_store.isolation`): Milvus 2.3.5's gRPC servers and its
+  metrics/health HTTP server listen on every interface whatever the configuration says
+  (`<component>.ip` only sets the advertised address), and authorization covers only the proxy.
+  So the binary runs in a private network namespace (`netns.py`, `netns_relay.py`) where nothing
+  from outside reaches any of its sockets; clients reach the proxy through a socket this process
+  binds on 127.0.0.1, and this process reaches etcd and the health port through Unix sockets in a
+  private directory. Where user namespaces are unavailable, `auto` falls back to running it
+  directly (with a warning naming the exposed ports) and `netns` refuses to start;
+- etcd (embedded) on 127.0.0.1, and authorization on in every mode: `root` gets a generated
+  password and etcd's root path (which is also the key of the metrics port's `/expr` endpoint) is
+  generated too; both are in `<index>/milvus/standalone/secret.json` (0600) and never logged. The
+  adapter uses them;
 - a restart after a crash revokes the dead server's etcd sessions, which would otherwise hold the
   new one back until their 30 s leases expire (about a minute of startup);
 - the server's own environment is reduced to the few variables it needs, because Milvus reads any
@@ -23,25 +30,30 @@ therefore runs the binary directly, under `managed.py`'s lifecycle:
 from __future__ import annotations
 
 import base64
+import http.client
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import lzma
 import os
 import re
 import secrets
 import shutil
+import signal
+import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hygraph.backends.vectorstore import netns
 from hygraph.backends.vectorstore.managed import ManagedServer, free_ports, listening, locked
 from hygraph.errors import StoreError, StoreUnavailable
+from hygraph.processes import pid_alive
 
 import hygraph.backends.vectorstore.milvus  # noqa: E402,F401  (imports pymilvus and quiets its logger)
 
@@ -56,6 +68,10 @@ EXTRA_PORTS = ("etcd_peer_port", "metrics_port")
 COMPONENTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
 # The environment the server keeps; everything else could be read as a config override.
 KEEP_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR")
+# Inside the namespace, the ports this process reaches through the relay's Unix sockets.
+CONTROL_PORTS = ("etcd_port", "metrics_port")
+
+log = logging.getLogger(__name__)
 
 
 def package_dir() -> Path:
@@ -143,12 +159,52 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 2.0) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket: how this process reaches a port inside the server's namespace."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+# What a failed call to etcd's gateway or the health port raises: connection errors, HTTP errors,
+# and bodies that are not what we expect.
+HTTP_ERRORS = (OSError, ValueError, http.client.HTTPException)
+
+
+def http_json(conn: http.client.HTTPConnection, path: str, body: dict[str, Any] | None = None) -> Any:
+    """GET (no body: the text) or POST a JSON body (the parsed reply); an HTTP error status raises."""
+    try:
+        conn.request("POST" if body is not None else "GET", path,
+                     body=json.dumps(body).encode() if body is not None else None,
+                     headers={"Content-Type": "application/json"} if body is not None else {})
+        resp = conn.getresponse()
         raw = resp.read()
+    finally:
+        conn.close()
+    if resp.status >= 400:
+        raise http.client.HTTPException(f"HTTP {resp.status} from {path}")
     return json.loads(raw) if body is not None else raw.decode("utf-8", "replace")
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie counts: it holds nothing but its pid until its parent collects it)."""
+    if not pid_alive(pid):
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return not pid_alive(pid)
 
 
 class StandaloneServer(ManagedServer):
@@ -158,9 +214,11 @@ class StandaloneServer(ManagedServer):
     engine = "standalone"
     title = "embedded Milvus"
 
-    def __init__(self, data_dir: Any, start_timeout_s: float = 60.0, cache_dir: str = "") -> None:
+    def __init__(self, data_dir: Any, start_timeout_s: float = 60.0, cache_dir: str = "",
+                 isolation: str = "auto") -> None:
         super().__init__(data_dir, HOST, start_timeout_s)
         self.cache_dir = cache_dir
+        self.isolation = isolation
         self._secret: dict[str, str] | None = None
 
     @property
@@ -243,6 +301,8 @@ class StandaloneServer(ManagedServer):
             (home / sub).mkdir(parents=True, exist_ok=True)
         home.chmod(0o700)
         # New ports never reuse the dead server's: its etcd sessions are told apart by address.
+        # (Isolated, they are the namespace's own and only that matters; free on the host as well,
+        # they are the same ports whichever way the server runs.)
         old = (previous or {}).get("ports", {}) if (previous or {}).get("engine") == self.engine else {}
         names = TEMPLATE_PORTS + EXTRA_PORTS
         ports = dict(zip(names, free_ports(len(names), avoid=old.values())))
@@ -260,37 +320,106 @@ class StandaloneServer(ManagedServer):
                    MILVUSCONF=str(home / "configs") + os.sep, LD_LIBRARY_PATH=str(bindir),
                    MILVUS_RUN_DIR=str(home / "run"))  # its pid file lock; the default /run/milvus is shared
         os.chmod(self.log_path, 0o600)
-        proc = subprocess.Popen([str(bindir / "milvus"), "run", "standalone"], cwd=home, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        return proc, {"host": HOST, "port": ports["proxy_port"], "ports": ports, "auth": True,
-                      "milvus": package_version()}
+        command = [str(bindir / "milvus"), "run", "standalone"]
+        fields: dict[str, Any] = {"host": HOST, "ports": ports, "auth": True, "milvus": package_version()}
+        if not self._isolate(ports):
+            proc = subprocess.Popen(command, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            return proc, {**fields, "port": ports["proxy_port"], "isolation": "none"}
+        # The proxy is relayed from a port bound here, on 127.0.0.1, so it cannot be taken meanwhile;
+        # etcd and the health port from Unix sockets in a directory only this user can enter.
+        control = Path(tempfile.mkdtemp(prefix="hygraph-milvus-"))
+        listeners: list[socket.socket] = []
+        try:
+            listeners.append(netns.loopback_listener())
+            listeners += [netns.unix_listener(control / f"{name}.sock") for name in CONTROL_PORTS]
+            forwards = list(zip(listeners, [ports["proxy_port"], *(ports[name] for name in CONTROL_PORTS)]))
+            proc = subprocess.Popen(netns.relay_command(forwards, command), cwd=home, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                    pass_fds=[s.fileno() for s in listeners])
+            port = listeners[0].getsockname()[1]
+        except BaseException:
+            shutil.rmtree(control, ignore_errors=True)
+            raise
+        finally:
+            # The relay holds them now; closed here, so they close for good when the relay dies.
+            for sock in listeners:
+                sock.close()
+        return proc, {**fields, "port": port, "isolation": "netns", "control": str(control)}
+
+    def _adopt(self, state: dict[str, Any]) -> None:
+        if self.isolation == "netns" and state.get("isolation") != "netns":
+            raise StoreError(f"vector_store.isolation: netns, but the embedded Milvus server of {self.data_dir} "
+                             f"(pid {state['pid']}) runs without network isolation; stop the processes that use "
+                             f"it, or set vector_store.isolation to auto or none")
+        super()._adopt(state)
+
+    def _isolate(self, ports: dict[str, int]) -> bool:
+        """Whether to run the server in a private network namespace (`vector_store.isolation`)."""
+        if self.isolation == "none":
+            return False
+        why = netns.unavailable()
+        if not why:
+            return True
+        if self.isolation == "netns":
+            raise StoreError(f"vector_store.isolation: netns needs unprivileged user namespaces, and {why}; "
+                             f"set vector_store.isolation to auto or none to run the embedded Milvus server "
+                             f"without network isolation")
+        exposed = ", ".join(f"{name.removesuffix('_port')} {port}" for name, port in ports.items()
+                            if name not in ("etcd_port", "etcd_peer_port", "index_coord_port"))
+        log.warning("the embedded Milvus server runs without network isolation (%s): its ports %s listen on "
+                    "every interface, and only the proxy's needs a password; vector_store.isolation: none "
+                    "accepts this without a warning, netns refuses to start", why, exposed)
+        return False
 
     # ---- readiness -------------------------------------------------------------------------------
+    @staticmethod
+    def endpoint(state: dict[str, Any], name: str, timeout: float = 2.0) -> http.client.HTTPConnection:
+        """An HTTP connection to the server's etcd (`etcd_port`) or health port (`metrics_port`):
+        through the relay's Unix socket when it runs in its own namespace."""
+        if state.get("control"):
+            return UnixHTTPConnection(str(Path(state["control"]) / f"{name}.sock"), timeout)
+        return http.client.HTTPConnection(HOST, state["ports"][name], timeout=timeout)
+
     def _healthy(self, state: dict[str, Any]) -> bool:
         try:
-            return "OK" in _http_json(f"http://{HOST}:{state['ports']['metrics_port']}/healthz", timeout=1.0)
-        except (OSError, ValueError):
+            return "OK" in http_json(self.endpoint(state, "metrics_port", 1.0), "/healthz")
+        except HTTP_ERRORS:
             return False
 
     def _wait_ready(self, proc: subprocess.Popen, state: dict[str, Any], deadline: float) -> None:
-        ours = set(state["ports"].values())
         while True:
             self._check_alive(proc, deadline)
-            self._revoke_stale_sessions(state["ports"]["etcd_port"], ours)
-            if self._healthy(state) and listening(HOST, state["port"]):
+            if state.get("control") and not state.get("milvus_pid"):
+                self._note_relayed_pid(proc, state)
+            self._revoke_stale_sessions(state)
+            # Isolated, the proxy's host side accepts from the start: the password check below is
+            # what shows the proxy answers.
+            if self._healthy(state) and (state.get("control") or listening(HOST, state["port"])):
                 break
             time.sleep(0.2)
         self._ensure_password(proc, state, deadline)
 
-    def _revoke_stale_sessions(self, etcd_port: int, ours: set[int]) -> None:
+    def _note_relayed_pid(self, relay: subprocess.Popen, state: dict[str, Any]) -> None:
+        """Record the Milvus process, the relay's only child, once it runs: whoever stops the server
+        waits for it to be gone, and removes what it leaves behind by its pid."""
+        try:
+            children = Path(f"/proc/{relay.pid}/task/{relay.pid}/children").read_text().split()
+        except OSError:
+            return  # the relay just exited: the next `_check_alive` says so
+        if children:
+            state["milvus_pid"] = int(children[0])
+            self._write_state(state)
+
+    def _revoke_stale_sessions(self, state: dict[str, Any]) -> None:
         """Revoke the leases of sessions a dead server left in etcd (their address is not one of ours):
         the new server's coordinators cannot register until they are gone."""
+        ours = set(state["ports"].values())
         prefix = f"{self.secret()['etcd_root_path']}/meta/session/".encode()
         b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
-        url = f"http://{HOST}:{etcd_port}/v3"
         try:
-            found = _http_json(f"{url}/kv/range", {"key": b64(prefix), "range_end": b64(prefix[:-1] + b"0")})
+            found = http_json(self.endpoint(state, "etcd_port"), "/v3/kv/range",
+                              {"key": b64(prefix), "range_end": b64(prefix[:-1] + b"0")})
             for kv in found.get("kvs", []):
                 lease = kv.get("lease")
                 if not lease:
@@ -300,8 +429,8 @@ class StandaloneServer(ManagedServer):
                 except (ValueError, KeyError, TypeError, IndexError):
                     continue
                 if port not in ours:
-                    _http_json(f"{url}/lease/revoke", {"ID": lease})
-        except (OSError, ValueError, AttributeError):
+                    http_json(self.endpoint(state, "etcd_port"), "/v3/lease/revoke", {"ID": lease})
+        except (*HTTP_ERRORS, AttributeError):
             return  # etcd not up yet, or nothing to do
 
     def _ensure_password(self, proc: subprocess.Popen, state: dict[str, Any], deadline: float) -> None:
@@ -333,6 +462,22 @@ class StandaloneServer(ManagedServer):
             time.sleep(0.3)
 
     def _after_exit(self, state: dict[str, Any]) -> None:
+        milvus = int(state.get("milvus_pid") or state["pid"])
+        if milvus != state["pid"]:
+            # The relay is gone. A SIGKILL'd relay's Milvus gets SIGKILL too (PR_SET_PDEATHSIG); it
+            # must have exited before a new server opens the same data.
+            for sig in (None, signal.SIGKILL):
+                if sig is not None and not _gone(milvus) and self._is_server(milvus):
+                    try:
+                        os.kill(milvus, sig)
+                    except ProcessLookupError:
+                        pass
+                deadline = time.monotonic() + 10
+                while not _gone(milvus) and self._is_server(milvus) and time.monotonic() < deadline:
+                    time.sleep(0.05)
         # Milvus 2.3.5 writes `<tmp>/milvus/server_id_<pid>` and removes it only on a clean exit.
         for tmp in {Path("/tmp"), Path(tempfile.gettempdir())}:
-            (tmp / "milvus" / f"server_id_{state['pid']}").unlink(missing_ok=True)
+            (tmp / "milvus" / f"server_id_{milvus}").unlink(missing_ok=True)
+        control = Path(state.get("control") or "")
+        if control.name.startswith("hygraph-milvus-") and control.parent == Path(tempfile.gettempdir()):
+            shutil.rmtree(control, ignore_errors=True)
