@@ -131,7 +131,8 @@ class HyperbolicConfig(Section):
 class RetrievalConfig(Section):
     top_k: int = Field(5, ge=1, le=200)
     mode: Literal[
-        "dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto"
+        "dense", "bm25", "dense+bm25", "hybrid", "ppr", "collapsed", "hypergraph", "hyperbolic", "local", "global",
+        "auto"
     ] = "hybrid"
     max_context_tokens: int = Field(6000, ge=64)
     # collapsed (EraRAG §III-D): favour "detailed" chunks or "summarized" summaries with proportion p

@@ -27,14 +27,17 @@ from hygraph.core.retrieval.dense import dense
 from hygraph.core.retrieval.hybrid import hybrid
 from hygraph.core.retrieval.hyperbolic import hyperbolic
 from hygraph.core.retrieval.hypergraph import hypergraph
+from hygraph.core.retrieval.lexical import bm25, dense_bm25
 from hygraph.core.retrieval.local_global import auto, global_, local
+from hygraph.core.retrieval.ppr import ppr
 from hygraph.core.retrieval.view import IndexView, Points
 from hygraph.errors import InputError
 from hygraph.model import Chunk
 from hygraph.store.snapshot import Snapshot, SnapshotStore
 from hygraph.store.view_loader import load_view
 
-MODES = ("dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto")
+MODES = ("dense", "bm25", "dense+bm25", "hybrid", "ppr", "collapsed", "hypergraph", "hyperbolic", "local", "global",
+         "auto")
 
 
 @dataclass(frozen=True)
@@ -108,14 +111,24 @@ class QueryEngine:
         v, search = loaded.view, self._searcher(loaded)
         if mode == "dense":
             return dense(query_vec, k, search, v.chunk_text, v.chunk_doc, v.titles)
+        if mode in ("bm25", "dense+bm25", "hybrid", "ppr") and v.chunk_lexical is None:
+            raise InputError(f"mode: '{mode}' needs the lexical (BM25) index, and index version {v.version} was "
+                             f"built without it (rebuild with `hygraph index`)")
+        if mode == "bm25":
+            return bm25(question, k, v)
+        if mode == "dense+bm25":
+            return dense_bm25(question, query_vec, k, v, search)
         needs = {"hyperbolic": "hyperbolic", "collapsed": "summaries", "global": "summaries",
-                 "auto": "summaries", "hybrid": "entities", "hypergraph": "hyperedges", "local": "entities"}
+                 "auto": "summaries", "hybrid": "relations", "ppr": "relations", "hypergraph": "hyperedges",
+                 "local": "entities"}
         if needs[mode] not in loaded.collections:
             raise InputError(f"mode: '{mode}' needs the {needs[mode]} of a graph index; index version "
                              f"{v.version} was built without them (rebuild without --dense-only)")
         r = self.cfg.retrieval
         if mode == "hybrid":
-            return hybrid(query_vec, k, v, search)
+            return hybrid(question, query_vec, k, v, search, self._question_entities)
+        if mode == "ppr":
+            return ppr(question, query_vec, k, v, search, self._question_entities)
         if mode == "collapsed":
             return collapsed(query_vec, k, v, search, bias=r.collapsed_bias, p=r.collapsed_p,
                              max_tokens=r.max_context_tokens)

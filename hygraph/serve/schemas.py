@@ -6,7 +6,8 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-Mode = Literal["dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto"]
+Mode = Literal["dense", "bm25", "dense+bm25", "hybrid", "ppr", "collapsed", "hypergraph", "hyperbolic", "local",
+               "global", "auto"]
 
 
 class QueryRequest(BaseModel):

@@ -14,12 +14,15 @@ import math
 import numpy as np
 import pytest
 
+from hygraph.core.graph import build_hybrid_graph
 from hygraph.core.retrieval.collapsed import collapsed
 from hygraph.core.retrieval.context import Context
 from hygraph.core.retrieval.dense import dense
 from hygraph.core.retrieval.hybrid import hybrid, select_relations
 from hygraph.core.retrieval.local_global import auto, global_, local
+from hygraph.core.retrieval.propagation import walk_for
 from hygraph.core.retrieval.view import IndexView
+from hygraph.indexing.lexical import build_lexical
 
 QUESTION = "Who is the spouse of the director of Film X?"
 QUERY = np.array([1.0, 0.0], dtype=np.float32)
@@ -85,10 +88,15 @@ def make_view() -> IndexView:
     for rid, (head, _, tail, *_rest) in RELATIONS.items():
         for eid in (head, tail):
             entity_relations.setdefault(eid, []).append(rid)
+    mentions = {cid: [eid for eid, (_, _, chunks) in ENTITIES.items() if cid in chunks] for cid in CHUNKS}
+    graph = build_hybrid_graph(list(CHUNKS), [mentions[cid] for cid in CHUNKS],
+                               [(h, t, rid) for rid, (h, _, t, *_rest) in RELATIONS.items()], [])
+    chunk_doc = {cid: cid.split(":")[0] for cid in CHUNKS}
+    lexical = build_lexical(list(CHUNKS), [text for text, _ in CHUNKS.values()], graph.entity_ids)
     return IndexView(
         version=1,
         chunk_text={cid: text for cid, (text, _) in CHUNKS.items()},
-        chunk_doc={cid: cid.split(":")[0] for cid in CHUNKS},
+        chunk_doc=chunk_doc,
         titles=TITLES,
         entity_name={eid: name for eid, (name, _, _) in ENTITIES.items()},
         entity_desc={"film x": "a 1999 drama"},
@@ -101,6 +109,10 @@ def make_view() -> IndexView:
         summary_layer={sid: row[1] for sid, row in SUMMARIES.items()},
         summary_children={sid: row[2] for sid, row in SUMMARIES.items()},
         summary_leaves={sid: row[3] for sid, row in SUMMARIES.items()},
+        chunk_lexical=lexical["chunks"],
+        entity_lexical=lexical["entities"],
+        graph=graph,
+        walk=walk_for(graph, chunk_doc, TITLES),
     )
 
 
@@ -160,16 +172,16 @@ def question_entities(question: str) -> list[str]:
 
 def test_hybrid_brings_in_the_bridge_passage_that_dense_misses(view, search):
     base = dense(QUERY, 3, search, view.chunk_text, view.chunk_doc, view.titles)
-    ctx = hybrid(QUERY, 3, view, search)
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, question_entities)
     assert docs(base) == ["film", "harbor", "lighthouse"]
-    # dense's first hit stays first; the director's passage, reached through "directed by", is next
-    assert docs(ctx) == ["film", "dan", "harbor"]
-    assert [p.title for p in ctx.passages] == ["Film X", "Dan Smith", "Harbor"]
-    assert [p.score for p in ctx.passages] == pytest.approx([0.90, 0.50, 0.70])
+    # Film X is named; the walk goes on from it to its director, whose passage is about Dan Smith
+    assert docs(ctx)[:2] == ["film", "dan"]
+    assert [p.title for p in ctx.passages][:2] == ["Film X", "Dan Smith"]
+    assert ctx.passages[0].score > ctx.passages[1].score > ctx.passages[2].score > 0
 
 
 def test_hybrid_items_follow_equations_14_to_19(view, search):
-    ctx = hybrid(QUERY, 3, view, search)
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, question_entities)
     assert ids(ctx.summaries) == ["L1:0", "L2:0", "L1:1"]  # every layer
     assert [s.layer for s in ctx.summaries] == [1, 2, 1]
     assert ids(ctx.entities) == ["film x", "harbor", "lighthouse"]
@@ -180,43 +192,34 @@ def test_hybrid_items_follow_equations_14_to_19(view, search):
     assert [r.score for r in ctx.relations] == pytest.approx([0.75, 0.55, 0.40])
     assert ctx.relations[1].text == "Dan Smith married to Yara Lee"
     assert ctx.relations[1].sources == ("dan",)
-    # fused chunk order: dense head, then graph / dense in turn
-    assert ids(ctx.chunks) == ["film:0", "dan:0", "harbor:0"]
+    # chunks by PPR mass until they cover the k passages, in passage order
+    assert list(dict.fromkeys(c.sources[0] for c in ctx.chunks)) == docs(ctx)
+    assert [c.score for c in ctx.chunks] == sorted((c.score for c in ctx.chunks), reverse=True)
 
 
 def test_hybrid_reaches_relations_through_the_retrieved_chunks_mentions(view, search):
     """Without communities, Dan Smith is in the entity set only as a mention of a retrieved chunk (eq. 5 edges)."""
     view.summary_leaves = {}
-    ctx = hybrid(QUERY, 3, view, search)
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, question_entities)
     assert ids(ctx.relations) == ["r_dir", "r_mar", "r_shot"]
-    assert docs(ctx) == ["film", "dan", "harbor"]
+    assert docs(ctx)[:2] == ["film", "dan"]
 
 
-def test_hybrid_reaches_the_bridge_through_a_relation_end(view, search):
-    ctx = hybrid(QUERY, 3, view, search, relation_k=1)
+def test_hybrid_relation_k_limits_the_context_not_the_walk(view, search):
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, question_entities, relation_k=1)
     assert ids(ctx.relations) == ["r_dir"]
-    # r_dir is stated in film:0 only; dan:0 comes in as a mention of its tail, Dan Smith
-    assert docs(ctx) == ["film", "dan", "harbor"]
+    assert docs(ctx)[:2] == ["film", "dan"]
 
 
-def test_hybrid_reaches_the_bridge_through_a_relation_source(view, search):
-    """Imported triples may sit in a chunk that mentions neither end; the source chunk still counts."""
-    view.entity_chunks = {}
-    ctx = hybrid(QUERY, 3, view, search)
-    assert ids(ctx.relations) == ["r_dir", "r_mar", "r_shot"]  # Dan Smith is a member of L1:0
-    assert docs(ctx) == ["film", "dan", "harbor"]
-
-
-def test_hybrid_without_reachable_relations_keeps_the_dense_ranking(view, search):
-    view.relations, view.relation_chunks, view.entity_relations = {}, {}, {}
-    search.ids["relations"], search.matrix["relations"] = [], np.zeros((0, 2), dtype=np.float32)
-    ctx = hybrid(QUERY, 4, view, search)
-    assert ctx.relations == []
-    assert docs(ctx) == docs(dense(QUERY, 4, search, view.chunk_text, view.chunk_doc, view.titles))
+def test_hybrid_reaches_the_bridge_from_similar_triplets_alone(view, search):
+    """No name in the question links: the ends of the most similar triplets still seed the walk."""
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, lambda q: [])
+    assert "dan" in docs(ctx)
+    assert "dan" not in docs(dense(QUERY, 3, search, view.chunk_text, view.chunk_doc, view.titles))
 
 
 def test_hybrid_searches_each_collection_once(view, search):
-    hybrid(QUERY, 3, view, search, relation_k=2, relation_pool=4, chunk_pool=5)
+    hybrid(QUESTION, QUERY, 3, view, search, question_entities, relation_k=2, relation_pool=4, chunk_pool=5)
     assert sorted(search.calls) == [("chunks", 5), ("entities", 3), ("relations", 4), ("summaries", 3)]
 
 
@@ -236,7 +239,7 @@ def test_select_relations_keeps_searched_candidates_first(view):
 
 
 def test_hybrid_with_a_shallow_relation_search_still_returns_relation_k(view, search):
-    ctx = hybrid(QUERY, 3, view, search, relation_pool=1)
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, question_entities, relation_pool=1)
     assert len(ctx.relations) == 3
     assert "r_border" not in ids(ctx.relations)
 
