@@ -15,12 +15,17 @@ import numpy as np
 import pytest
 
 from hygraph.core.graph import build_hybrid_graph
+from hygraph.core.lexical import analyze
 from hygraph.core.retrieval.collapsed import collapsed
 from hygraph.core.retrieval.context import Context
 from hygraph.core.retrieval.dense import dense
+from hygraph.core.retrieval.fusion import rrf
 from hygraph.core.retrieval.hybrid import hybrid, select_relations
+from hygraph.core.retrieval.lexical import bm25, dense_bm25
+from hygraph.core.retrieval.linking import FUZZY_WEIGHT, NAMED_WEIGHT, fuzzy_entity, link_entities, named_entities
 from hygraph.core.retrieval.local_global import auto, global_, local
-from hygraph.core.retrieval.propagation import walk_for
+from hygraph.core.retrieval.ppr import ppr
+from hygraph.core.retrieval.propagation import RELATION_SEEDS, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
 from hygraph.indexing.lexical import build_lexical
 
@@ -356,3 +361,47 @@ def test_auto_runs_the_routed_mode_and_records_it(view, search, choice):
 def test_auto_rejects_an_unknown_route(view, search):
     with pytest.raises(ValueError, match="route"):
         auto(QUESTION, QUERY, 3, view, search, question_entities, lambda q: "both")
+
+
+# ---------------------------------------------------------------- baselines, linking, ppr
+
+
+def test_bm25_ranks_chunks_by_their_words(view):
+    ctx = bm25("Which quarry did Yara Lee visit?", 3, view)
+    assert docs(ctx)[0] == "quarry"
+    assert ids(ctx.chunks)[0] == "quarry:1"  # "Yara Lee visited the quarry." holds every content word
+    assert [c.score for c in ctx.chunks] == sorted((c.score for c in ctx.chunks), reverse=True)
+
+
+def test_dense_bm25_fuses_both_rankings_by_reciprocal_rank(view, search):
+    question = "Which quarry did Yara Lee visit?"
+    ctx = dense_bm25(question, QUERY, 3, view, search)
+    dense_order = [c for c, _ in search("chunks", QUERY[None, :], 20, None)[0]]
+    lexical_order = [c for c, _ in view.chunk_lexical.top_k(analyze(question), 20)]
+    expected = sorted(CHUNKS, key=lambda c: -sum(1 / (60 + order.index(c) + 1) for order in (dense_order, lexical_order)
+                                                 if c in order))
+    assert ids(ctx.chunks) == expected[:len(ctx.chunks)]
+    assert rrf([["a", "b"], ["b", "c"]]) == [("b", pytest.approx(1 / 62 + 1 / 61)), ("a", pytest.approx(1 / 61)),
+                                             ("c", pytest.approx(1 / 62))]
+
+
+def test_linking_exact_fuzzy_and_triplet_ends(view):
+    # "Film X" is an entity id; "Dan Smith Jr" has no exact match and no name holds all its terms;
+    # "Lee" is held by "yara lee" with one extra term
+    assert named_entities(["Film X", "Dan Smith Jr", "Lee"], view) == (["film x"], ["Dan Smith Jr", "Lee"])
+    assert fuzzy_entity("Dan Smith Jr", view) is None
+    assert fuzzy_entity("Lee", view) == "yara lee"
+    seeds = link_entities(["Film X", "Lee"], [("r_mar", 0.5)], view)
+    assert seeds == {"film x": NAMED_WEIGHT, "yara lee": pytest.approx(FUZZY_WEIGHT + 0.5), "dan smith": 0.5}
+
+
+def test_ppr_mode_ranks_the_bridge_passage_and_reports_its_seeds(view, search):
+    ctx = ppr(QUESTION, QUERY, 3, view, search, question_entities)
+    assert docs(ctx)[:2] == ["film", "dan"]
+    assert ids(ctx.entities)[0] == "film x"  # the named entity is the heaviest seed
+    assert len(ctx.relations) == RELATION_SEEDS
+    assert ctx.notes["seeds"]["entities"] >= 1 and ctx.notes["seeds"]["passages"] >= 3
+
+
+def test_propagate_without_any_seed_gives_no_mass(view):
+    assert not propagate(view, {}, []).any()

@@ -21,7 +21,7 @@ from hygraph.core.lexical import analyze
 from hygraph.core.retrieval.view import IndexView
 from hygraph.model import normalize_name
 
-NAMED_WEIGHT = 1.0  # an exact name: as strong as a perfectly similar triplet
+NAMED_WEIGHT = 2.0  # an exact name: twice a perfectly similar triplet (dev sets: +1 to +3 points of recall@5)
 FUZZY_WEIGHT = 0.5  # a partial name match is weaker evidence than an exact one
 FUZZY_CANDIDATES = 5  # entity names BM25 proposes per unmatched question name
 FUZZY_MAX_EXTRA_TERMS = 1  # a linked name may hold at most this many terms the question's name lacks

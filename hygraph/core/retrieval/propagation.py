@@ -14,6 +14,7 @@ lists what was tried.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
@@ -32,15 +33,21 @@ RELATION_SEEDS = 5  # triplets most similar to the question whose ends seed the 
 PASSAGE_SHARE = 0.3  # share of the reset mass on the dense + BM25 passages; the rest is on linked entities
 
 
+_DISAMBIGUATOR = re.compile(r"\s*\([^()]*\)$")
+
+
 def subject_pairs(graph: HybridGraph, chunk_doc: dict[str, str], titles: dict[str, str]) -> np.ndarray:
-    """(chunk node, entity node) for every chunk whose passage title, normalized, is an entity id."""
+    """(chunk node, entity node) for every chunk and each entity id its passage title names: the whole title
+    normalized and, for "Mark King (musician)", the title without its disambiguator, "mark king"."""
     index = graph.node_index
     first_entity = len(graph.chunk_ids)
     pairs = []
     for i, cid in enumerate(graph.chunk_ids):
-        j = index.get(normalize_name(titles.get(chunk_doc.get(cid, ""), "")), -1)
-        if j >= first_entity:
-            pairs.append((i, j))
+        title = titles.get(chunk_doc.get(cid, ""), "")
+        for name in dict.fromkeys((normalize_name(title), normalize_name(_DISAMBIGUATOR.sub("", title)))):
+            j = index.get(name, -1)
+            if j >= first_entity:
+                pairs.append((i, j))
     return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
 
 
