@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Sequence, Union
 
 import numpy as np
 
+from hygraph.backends.llm import comparison
 from hygraph.backends.llm.base import Answer, ContextItem, Route, SummaryRequest, Usage
 from hygraph.backends.llm.lexical import (STOPWORDS, Span, content_stems, find_spans, split_sentences,
                                           stem, sub_names, words)
@@ -188,6 +189,8 @@ def _expected_type(question: str) -> str:
         return "PLACE"
     if re.search(r"\b(?:who|whom|whose)\b", q):
         return "NAME"
+    if re.search(r"\b(?:which|what) (?!(?:is|was|are|were|do|does|did|has|have|had|kind|type|sort|part|role)\b)\w", q):
+        return "NAME"  # "which team", "what company": a named thing; "what was ..." asks for more than a name
     return ""
 
 
@@ -201,6 +204,7 @@ class _Row:
     norm: str  # " normalized text " for whole-word entity matching
     subject: str  # id of the item's first entity: what a pronoun in this sentence refers to
     spans: tuple[Span, ...]
+    topic: str  # id of the item's title line ("" without one): the entity its passage is about
 
     def mentions(self, eid: str) -> bool:
         return f" {eid} " in self.norm or (eid == self.subject and _refers_back(self.text))
@@ -227,13 +231,20 @@ def _split_heading(text: str) -> tuple[str, str]:
     return "", text
 
 
+def _passages(context: Sequence[ContextItem]) -> Sequence[ContextItem]:
+    """The source passages of the context when it has any: an extract is quoted from what the corpus says, not
+    from a summary's labelled parts or a triplet's bare words; every other item is a fallback."""
+    chunks = [item for item in context if item.kind == "chunk"]
+    return chunks or context
+
+
 def _rows(context: Sequence[ContextItem]) -> list[_Row]:
     return [_Row(item.number, *sentence) for item in context for sentence in _parse_item(item.text)]
 
 
 @functools.lru_cache(maxsize=1 << 13)
-def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[Span, ...]], ...]:
-    """(sentence, stems, normalized text, subject, spans) per sentence of a context item.
+def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[Span, ...], str], ...]:
+    """(sentence, stems, normalized text, subject, spans, topic) per sentence of a context item.
 
     Cached by text: a served index returns the same chunks and summaries to many questions,
     and parsing them is most of an answer's cost.
@@ -247,7 +258,7 @@ def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[S
         if not subject and spans:
             subject = _entity_id(spans[0].name)
         out.append((sentence, frozenset(content_stems(sentence)), f" {_entity_id(sentence)} ", subject,
-                    tuple(spans)))
+                    tuple(spans), _entity_id(heading)))
     return tuple(out)
 
 
@@ -366,9 +377,13 @@ class ExtractiveLLM:
     def answer(self, question: str, context: Sequence[ContextItem]) -> Answer:
         self.usage.count("answer")
         q = _Question.parse(question)
-        rows = _rows(context)
+        rows = _rows(_passages(context))
         if not rows or not (q.stems or q.ids):
             return Answer(INSUFFICIENT)
+        picked = comparison.answer(question, [comparison.Sentence(r.number, r.text, r.spans, r.topic, r.mentions)
+                                              for r in rows], _entity_id)
+        if picked is not None:
+            return Answer(picked[0], tuple(picked[1]))
         df = Counter(w for row in rows for w in row.stems & q.stems)
         idf = {w: math.log(1.0 + len(rows) / n) for w, n in df.items()}
 
