@@ -111,7 +111,7 @@ class QueryEngine:
         v, search = loaded.view, self._searcher(loaded)
         if mode == "dense":
             return dense(query_vec, k, search, v.chunk_text, v.chunk_doc, v.titles)
-        if mode in ("bm25", "dense+bm25", "hybrid", "ppr") and v.chunk_lexical is None:
+        if mode in ("bm25", "dense+bm25", "hybrid", "ppr", "hyperbolic") and v.chunk_lexical is None:
             raise InputError(f"mode: '{mode}' needs the lexical (BM25) index, and index version {v.version} was "
                              f"built without it (rebuild with `hygraph index`)")
         if mode == "bm25":
@@ -137,7 +137,7 @@ class QueryEngine:
                               k_v=r.k_v, tau_v=r.tau_v, k_h=r.k_h, tau_h=r.tau_h)
         if mode == "hyperbolic":
             return hyperbolic(question, query_vec, k, v, search, self.embedder.encode, self.llm.decompose,
-                              self._points(loaded))
+                              self._points(loaded), self._question_entities)
         if mode == "local":
             return local(question, query_vec, k, v, search, self._question_entities)
         if mode == "global":

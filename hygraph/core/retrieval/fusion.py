@@ -17,11 +17,14 @@ def bm25_hits(question: str, depth: int, view: IndexView) -> list[tuple[str, flo
     return view.chunk_lexical.top_k(analyze(question), depth)
 
 
-def rrf(rankings: Sequence[Sequence[str]], k0: int = RRF_K) -> list[tuple[str, float]]:
-    """Reciprocal-rank fusion (Cormack et al. 2009): each id scores sum over rankings of 1 / (k0 + rank), rank
-    from 1; best first, ties in order of first appearance (earlier rankings first)."""
+def rrf(rankings: Sequence[Sequence[str]], k0: int = RRF_K,
+        weights: Sequence[float] | None = None) -> list[tuple[str, float]]:
+    """Reciprocal-rank fusion (Cormack et al. 2009): each id scores sum over rankings of w / (k0 + rank), rank
+    from 1, w the ranking's weight (1 by default); best first, ties in order of first appearance."""
+    if weights is not None and len(weights) != len(rankings):
+        raise ValueError(f"{len(rankings)} rankings but {len(weights)} weights")
     fused: dict[str, float] = {}
-    for ranking in rankings:
+    for ranking, w in zip(rankings, weights if weights is not None else [1.0] * len(rankings)):
         for rank, item in enumerate(ranking, 1):
-            fused[item] = fused.get(item, 0.0) + 1.0 / (k0 + rank)
+            fused[item] = fused.get(item, 0.0) + w / (k0 + rank)
     return sorted(fused.items(), key=lambda kv: -kv[1])
