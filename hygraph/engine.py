@@ -28,8 +28,9 @@ from hygraph.core.retrieval.hybrid import hybrid
 from hygraph.core.retrieval.hyperbolic import hyperbolic
 from hygraph.core.retrieval.hypergraph import hypergraph
 from hygraph.core.retrieval.lexical import bm25, dense_bm25
-from hygraph.core.retrieval.local_global import auto, global_, local
+from hygraph.core.retrieval.local_global import global_, local
 from hygraph.core.retrieval.ppr import ppr
+from hygraph.core.retrieval.routing import routed_mode
 from hygraph.core.retrieval.view import IndexView, Points
 from hygraph.errors import InputError
 from hygraph.model import Chunk
@@ -111,6 +112,13 @@ class QueryEngine:
         v, search = loaded.view, self._searcher(loaded)
         if mode == "dense":
             return dense(query_vec, k, search, v.chunk_text, v.chunk_doc, v.titles)
+        if mode == "auto":
+            # The `route` role types the question; the type's mode retrieves (core/retrieval/routing.py).
+            question_type = self.llm.route(question)
+            chosen = routed_mode(question_type)
+            ctx = self.retrieve(question, query_vec, chosen, k, loaded)
+            ctx.notes.update(route=question_type, routed_mode=chosen)
+            return ctx
         if mode in ("bm25", "dense+bm25", "hybrid", "ppr", "hyperbolic") and v.chunk_lexical is None:
             raise InputError(f"mode: '{mode}' needs the lexical (BM25) index, and index version {v.version} was "
                              f"built without it (rebuild with `hygraph index`)")
@@ -118,9 +126,8 @@ class QueryEngine:
             return bm25(question, k, v)
         if mode == "dense+bm25":
             return dense_bm25(question, query_vec, k, v, search)
-        needs = {"hyperbolic": "hyperbolic", "collapsed": "summaries", "global": "summaries",
-                 "auto": "summaries", "hybrid": "relations", "ppr": "relations", "hypergraph": "hyperedges",
-                 "local": "entities"}
+        needs = {"hyperbolic": "hyperbolic", "collapsed": "summaries", "global": "summaries", "hybrid": "relations",
+                 "ppr": "relations", "hypergraph": "hyperedges", "local": "entities"}
         if needs[mode] not in loaded.collections:
             raise InputError(f"mode: '{mode}' needs the {needs[mode]} of a graph index; index version "
                              f"{v.version} was built without them (rebuild without --dense-only)")
@@ -140,9 +147,7 @@ class QueryEngine:
                               self._points(loaded), self._question_entities)
         if mode == "local":
             return local(question, query_vec, k, v, search, self._question_entities)
-        if mode == "global":
-            return global_(query_vec, k, v, search)
-        return auto(question, query_vec, k, v, search, self._question_entities, self.llm.route)
+        return global_(query_vec, k, v, search)
 
     def prompt_items(self, question: str, ctx: Context) -> list[NumberedItem]:
         """HyGRAG eq. 23: the numbered context, lowest-scored items trimmed to the token budget."""

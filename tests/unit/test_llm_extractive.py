@@ -156,12 +156,19 @@ def test_decompose_names_the_bridge_entity_first():
 
 
 @pytest.mark.parametrize("question, route", [
-    ("What are the main themes of this collection?", "global"),
-    ("Summarize the corpus.", "global"),
-    ("what are the overall trends across these documents?", "global"),
-    ("Where did the director of film A Rare Bird die?", "local"),
-    ("What are the main themes of A Rare Bird?", "local"),  # names an entity
-    ("When did Teutberga die?", "local"),
+    ("What are the main themes of this collection?", "corpus"),
+    ("Summarize the corpus.", "corpus"),
+    ("what are the overall trends across these documents?", "corpus"),
+    ("Where did the director of film A Rare Bird die?", "bridge"),
+    ("Where did Princess Pilar Of Bavaria's mother die?", "bridge"),
+    ("Who directed the film that was shot in or around Leland, North Carolina in 1986", "bridge"),
+    ("Which film came out first, Toto And Cleopatra or Land Of Peace?", "comparison"),
+    ("Which band was formed first The Exies or Circus Diablo ?", "comparison"),
+    ("Are Christopher Nolan and Sathish Kalathil both film directors?", "comparison"),
+    ("What are the main themes of A Rare Bird?", "bridge"),  # names an entity: not about the corpus
+    ("When did Teutberga die?", "entity"),
+    ("Where was Teutberga's husband born?", "bridge"),
+    ("When was Teutberga's birth?", "entity"),  # an attribute of what it names
 ])
 def test_route_rule(question, route):
     assert ExtractiveLLM().route(question) == route

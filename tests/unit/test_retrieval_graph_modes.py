@@ -1,4 +1,5 @@
-"""Graph retrieval strategies (hybrid, collapsed, local, global, auto) on a hand-made index.
+"""Graph retrieval strategies (hybrid, ppr, the baselines, collapsed, local, global, auto's routes) on a hand-made
+index.
 
 The question is two-hop: "Who is the spouse of the director of Film X?". Film X's passage names
 the director, Dan Smith; Dan Smith's passage names the spouse but shares few words with the
@@ -23,7 +24,9 @@ from hygraph.core.retrieval.fusion import rrf
 from hygraph.core.retrieval.hybrid import hybrid, select_relations
 from hygraph.core.retrieval.lexical import bm25, dense_bm25
 from hygraph.core.retrieval.linking import FUZZY_WEIGHT, NAMED_WEIGHT, fuzzy_entity, link_entities, named_entities
-from hygraph.core.retrieval.local_global import auto, global_, local
+from hygraph.core.retrieval.local_global import global_, local
+from hygraph.core.retrieval.routing import ROUTES, routed_mode
+from hygraph.engine import MODES
 from hygraph.core.retrieval.ppr import ppr
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
@@ -348,19 +351,12 @@ def test_global_fills_from_members_the_chunk_search_did_not_reach(view):
 # ---------------------------------------------------------------- auto
 
 
-@pytest.mark.parametrize("choice", ["local", "global"])
-def test_auto_runs_the_routed_mode_and_records_it(view, search, choice):
-    ctx = auto(QUESTION, QUERY, 3, view, search, question_entities, lambda q: choice)
-    expected = (local(QUESTION, QUERY, 3, view, search, question_entities) if choice == "local"
-                else global_(QUERY, 3, view, search))
-    assert ctx.notes == {"route": choice}
-    assert docs(ctx) == docs(expected)
-    assert ids(ctx.items()) == ids(expected.items())
-
-
-def test_auto_rejects_an_unknown_route(view, search):
-    with pytest.raises(ValueError, match="route"):
-        auto(QUESTION, QUERY, 3, view, search, question_entities, lambda q: "both")
+def test_every_question_type_has_a_mode_and_corpus_questions_go_global():
+    assert set(ROUTES) == {"entity", "bridge", "comparison", "corpus"}
+    assert routed_mode("corpus") == "global"
+    assert all(routed_mode(t) in MODES and routed_mode(t) != "auto" for t in ROUTES)
+    with pytest.raises(ValueError, match="router answered 'both'"):
+        routed_mode("both")
 
 
 # ---------------------------------------------------------------- baselines, linking, ppr

@@ -317,11 +317,32 @@ def _hop(rows: list[_Row], first: _Row, bridges: list[Span], remaining: set[str]
     return rows[best[1]] if best else None
 
 
+_OPTIONS_END = re.compile(r",\s*[^,]+\s+or\s+[^,]+\?\s*$")
+_YES_NO = re.compile(r"(?:is|are|was|were|do|does|did|has|have|had)\b")
+# An entity described instead of named: "the director of", "the association which published",
+# "the city where", "X's mother".
+_DESCRIBED = re.compile(r"\bthe\s+(?:[\w-]+\s+){0,3}?(?:of|who|whom|which|that|whose|where|when|in which)\b"
+                        r"|\w['’]s\s+(?!(?:birth|death|birthday|age|height|name|nationality|population|founding)\b)"
+                        r"[a-z]")
+
+
 def _route(question: str) -> Route:
-    """`global` when the question asks about the corpus as a whole and names no entity."""
-    if _GLOBAL_CUES.search(question.casefold()) and not question_entities(question):
-        return "global"
-    return "local"
+    """The question's type, by its shape:
+    - corpus: about the collection as a whole ("main themes", "summarize") and naming no entity;
+    - comparison: two options to choose between ("..., X or Y?") or a yes/no question over two
+      things ("Are X and Y both ...?");
+    - bridge: it describes an entity instead of naming it ("the director of film X", "the city
+      where ...", "X's mother"), so the answer is a hop away from what it names;
+    - entity: a question about what it names.
+    """
+    q = question.casefold().strip()
+    if _GLOBAL_CUES.search(q) and not question_entities(question):
+        return "corpus"
+    if comparison.parse(question) or _OPTIONS_END.search(q) or (_YES_NO.match(q) and re.search(r"\b(?:and|both)\b", q)):
+        return "comparison"
+    if _DESCRIBED.search(q):
+        return "bridge"
+    return "entity"
 
 
 class ExtractiveLLM:

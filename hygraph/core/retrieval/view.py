@@ -19,7 +19,6 @@ from hygraph.core.ppr import Walk
 Embed = Callable[[Sequence[str]], np.ndarray]  # texts -> L2-normalized rows
 QuestionEntities = Callable[[str], list[str]]  # the `extract` role on a question: entity surface forms
 Decompose = Callable[[str, Sequence[str]], list[str]]  # (question, round-1 passages) -> directives
-Router = Callable[[str], str]  # question -> "local" | "global"
 # chunk ids -> their live Poincaré points (n, dim) float64: the online learner moves them between versions
 Points = Callable[[Sequence[str]], np.ndarray]
 
