@@ -176,20 +176,38 @@ def question_entities(question: str) -> set[str]:
     return _Question.parse(question).ids
 
 
+_WH = re.compile(r"\b(?:what|which|who|whom|whose|when|where|how)\b")
+_PLACE_NOUNS = r"(?:country|city|state|place|town|county|province|region|continent|island|village)"
+
+
 def _expected_type(question: str) -> str:
-    """What a short answer looks like: DATE, NUMBER, PLACE, NAME, or "" (answer with a sentence)."""
+    """What a short answer looks like: DATE, NUMBER, PLACE, NAME, or "" (answer with a sentence).
+
+    Read from the question's first wh-word only: a later one opens a clause that describes a
+    bridge ("the waterfall in the country where ..." asks for a name, not a place).
+    """
     q = question.casefold()
     if re.search(r",[^,]+\bor\b[^,]+\?*$", q) or re.match(r"(?:is|are|was|were|do|does|did|has|have)\b", q):
         return ""  # comparisons and yes/no questions need reasoning an extract cannot do
-    if re.search(r"\b(?:when|what year|which year|what date)\b", q):
-        return "DATE"
-    if re.search(r"\bhow (?:many|much|old|long)\b", q):
-        return "NUMBER"
-    if re.search(r"\b(?:where|(?:which|what) (?:country|city|state|place|town)|place of)\b", q):
-        return "PLACE"
-    if re.search(r"\b(?:who|whom|whose)\b", q):
+    wh = _WH.search(q)
+    if wh is None:
+        return ""
+    # "what is the name of ...", "what was the place of birth of ...": the noun says what is asked
+    head = re.sub(r"^(what|which) (?:is|was|are|were) (?:the )?", r"\1 ", q[wh.start():])
+    if re.match(r"(?:what|which) (?:name|title)\b", head):
         return "NAME"
-    if re.search(r"\b(?:which|what) (?!(?:is|was|are|were|do|does|did|has|have|had|kind|type|sort|part|role)\b)\w", q):
+    if re.match(r"(?:what|which) (?:place|location|birthplace)\b", head):
+        return "PLACE"
+    if re.match(r"when\b|(?:what|which) (?:year|date)\b", head):
+        return "DATE"
+    if re.match(r"how (?:many|much|old|long)\b", head):
+        return "NUMBER"
+    if re.match(rf"where\b|(?:what|which) {_PLACE_NOUNS}\b", head):
+        return "PLACE"
+    if re.match(r"(?:who|whom|whose)\b", head):
+        return "NAME"
+    if re.match(r"(?:which|what) (?!(?:is|was|are|were|do|does|did|has|have|had|kind|type|sort|part|role)\b)\w",
+                head):
         return "NAME"  # "which team", "what company": a named thing; "what was ..." asks for more than a name
     return ""
 
@@ -436,8 +454,12 @@ class ExtractiveLLM:
                 answer_row, cited = hop, sorted({first.number, hop.number})
         text = ""
         if kind:
-            exclude = q.ids | {answer_row.subject}
-            if answer_row is not first:
+            # In the sentence the question led to, its subject is what the question named; a second hop's
+            # passage is about the entity the question is after ("the waterfall in ..." -> "Victoria Falls").
+            exclude = set(q.ids)
+            if answer_row is first:
+                exclude.add(answer_row.subject)
+            else:
                 exclude |= {_entity_id(s.name) for s in bridges}
             text = _pick_span(answer_row, kind, q.asked, exclude)
         if not text:
