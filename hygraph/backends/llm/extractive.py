@@ -39,6 +39,7 @@ _CONJUNCTIONS = frozenset(("and", "or", "but", "nor"))
 _PHRASE_EDGE = " ,;:–—-'’"
 _DASH = re.compile(r" [–—-] ")
 _PLACE_PREPS = frozenset(("in", "at", "near", "from"))
+_COPULAS = frozenset(("is", "was", "are", "were"))
 _GLOBAL_CUES = re.compile(
     r"\b(?:main|major|key|common|recurring|overall|dominant)\s+(?:themes?|topics?|ideas?|trends?|patterns?"
     r"|issues?|points?)\b|\bsummari[sz]e\b|\bsummary\b|\boverall\b|\boverview\b|\bacross\b"
@@ -193,7 +194,7 @@ def _expected_type(question: str) -> str:
     if wh is None:
         return ""
     # "what is the name of ...", "what was the place of birth of ...": the noun says what is asked
-    head = re.sub(r"^(what|which) (?:is|was|are|were) (?:the )?", r"\1 ", q[wh.start():])
+    head = re.sub(r"^(what|which) (?:is|was|are|were) the ", r"\1 ", q[wh.start():])
     if re.match(r"(?:what|which) (?:name|title)\b", head):
         return "NAME"
     if re.match(r"(?:what|which) (?:place|location|birthplace)\b", head):
@@ -286,8 +287,9 @@ def _cue(sentence: str, span: Span, stems: set[str]) -> int:
     return sum(1 for w in before if stem(w) in stems)
 
 
-def _pick_span(row: _Row, kind: str, q_stems: set[str], exclude: set[str]) -> str:
-    """The span of the expected kind in a sentence, ranked by the question words right before it."""
+def _pick_span(row: _Row, kind: str, q_stems: set[str], exclude: set[str], defines: bool = False) -> str:
+    """The span of the expected kind in a sentence, ranked by the question words right before it; with
+    `defines` (a "what <noun>" question), a sentence subject defined as that noun comes first."""
     want = "NAME" if kind == "PLACE" else kind
     spans = [s for s in row.spans if s.type == want and _entity_id(s.name) not in exclude]
     dash = _DASH.search(row.text)
@@ -303,7 +305,10 @@ def _pick_span(row: _Row, kind: str, q_stems: set[str], exclude: set[str]) -> st
     def rank(span: Span) -> tuple[int, int]:
         prev = words(row.text[max(0, span.start - 12):span.start])[-1:]
         prep = int(kind == "PLACE" and bool(prev) and prev[0] in _PLACE_PREPS)
-        return (-(_cue(row.text, span, q_stems) + prep), span.start)
+        # "Victoria Falls is a waterfall": the sentence's subject, defined as what the question asks for
+        after = words(row.text[span.end:span.end + 40])[:4] if defines and span is row.spans[0] else []
+        defined = 2 * int(bool(after) and after[0] in _COPULAS and any(stem(w) in q_stems for w in after[1:]))
+        return (-(_cue(row.text, span, q_stems) + prep + defined), span.start)
 
     chosen = min(spans, key=rank)
     if kind == "PLACE":
@@ -461,7 +466,9 @@ class ExtractiveLLM:
                 exclude.add(answer_row.subject)
             else:
                 exclude |= {_entity_id(s.name) for s in bridges}
-            text = _pick_span(answer_row, kind, q.asked, exclude)
+            first_wh = _WH.search(question.casefold())
+            text = _pick_span(answer_row, kind, q.asked, exclude,
+                              defines=kind == "NAME" and first_wh is not None and first_wh.group() in ("what", "which"))
         if not text:
             text = " ".join(answer_row.text.split()[:self.answer_max_tokens])
         return Answer(text, tuple(cited))
