@@ -71,6 +71,12 @@ def personalized_pagerank(walk: Walk, reset: np.ndarray, damping: float = 0.5, t
     Stops when the L1 change falls under `tol` or after `max_iter` steps; returns p (sums to 1).
     With d = 0.5 (HippoRAG's setting) the error halves at every step, so a few steps suffice.
     """
+    return power_iteration(walk, reset, damping, tol, max_iter)[0]
+
+
+def power_iteration(walk: Walk, reset: np.ndarray, damping: float = 0.5, tol: float = 1e-4,
+                    max_iter: int = 50) -> tuple[np.ndarray, int]:
+    """`personalized_pagerank` with the number of steps it took."""
     if not 0.0 <= damping < 1.0:
         raise ValueError(f"damping must be in [0, 1), got {damping}")
     total = float(reset.sum())
@@ -78,7 +84,8 @@ def personalized_pagerank(walk: Walk, reset: np.ndarray, damping: float = 0.5, t
         raise ValueError("reset must be a non-negative vector over the graph's nodes with a positive sum")
     r = (reset / total).astype(np.float32)
     p = r.copy()
-    for _ in range(max_iter):
+    steps = 0
+    for steps in range(1, max_iter + 1):
         nxt = walk.matrix @ p
         nxt += float(p[walk.dangling].sum()) * r
         nxt = (1.0 - damping) * r + damping * nxt
@@ -86,4 +93,4 @@ def personalized_pagerank(walk: Walk, reset: np.ndarray, damping: float = 0.5, t
         p = nxt
         if delta < tol:
             break
-    return p
+    return p, steps

@@ -56,28 +56,37 @@ def walk_for(graph: HybridGraph, chunk_doc: dict[str, str], titles: dict[str, st
     return transition(graph, EDGE_WEIGHTS, subject_pairs(graph, chunk_doc, titles), SUBJECT_WEIGHT)
 
 
-def propagate(view: IndexView, entity_seeds: dict[str, float], chunk_seeds: Sequence[tuple[str, float]]) -> np.ndarray:
-    """HippoRAG 2 §3.3: PPR mass per chunk (rows follow view.graph.chunk_ids).
+def reset_vector(view: IndexView, entity_seeds: dict[str, float],
+                 chunk_seeds: Sequence[tuple[str, float]]) -> np.ndarray | None:
+    """HippoRAG 2 §3.3's personalization over the graph's nodes; None when no seed is in the graph.
 
-    The reset vector puts 1 - PASSAGE_SHARE of the mass on the entities, in proportion to their
-    seed weights, and PASSAGE_SHARE on the seed chunks, in proportion to their scores; when one
-    side is empty the other takes all of it, and with no seed at all every chunk gets 0.
+    1 - PASSAGE_SHARE of the mass goes to the entities, in proportion to their seed weights,
+    and PASSAGE_SHARE to the seed chunks, in proportion to their scores; when one side is empty
+    the other takes all of it.
     """
     if view.graph is None or view.walk is None:
         raise ValueError("graph propagation needs the hybrid graph, and this index version has none")
     index = view.graph.node_index
-    n_chunks = len(view.graph.chunk_ids)
-    reset = np.zeros(view.graph.n_nodes, dtype=np.float32)
     ent = [(index[e], w) for e, w in entity_seeds.items() if e in index and w > 0]
     chk = [(index[c], s) for c, s in chunk_seeds if c in index and s > 0]
     if not ent and not chk:
-        return np.zeros(n_chunks, dtype=np.float32)
+        return None
+    reset = np.zeros(view.graph.n_nodes, dtype=np.float32)
     for nodes, share in ((ent, 1.0 - PASSAGE_SHARE if chk else 1.0), (chk, PASSAGE_SHARE if ent else 1.0)):
         if nodes:
             rows, weights = zip(*nodes)
             w = np.asarray(weights, dtype=np.float32)
             np.add.at(reset, np.asarray(rows), share * w / w.sum())
-    return personalized_pagerank(view.walk, reset, damping=DAMPING, tol=TOLERANCE)[:n_chunks]
+    return reset
+
+
+def propagate(view: IndexView, entity_seeds: dict[str, float], chunk_seeds: Sequence[tuple[str, float]]) -> np.ndarray:
+    """HippoRAG 2 §3.3: PPR mass per chunk (rows follow view.graph.chunk_ids); all 0 without seeds."""
+    reset = reset_vector(view, entity_seeds, chunk_seeds)
+    assert view.graph is not None and view.walk is not None
+    if reset is None:
+        return np.zeros(len(view.graph.chunk_ids), dtype=np.float32)
+    return personalized_pagerank(view.walk, reset, damping=DAMPING, tol=TOLERANCE)[:len(view.graph.chunk_ids)]
 
 
 def by_mass(mass: np.ndarray, view: IndexView, k: int) -> list[tuple[str, float]]:
