@@ -173,6 +173,21 @@ def test_comparison_without_a_date_for_both_options_guesses_nothing():
     assert ans.text not in ("A Rare Bird", "Land Of Peace")
 
 
+def test_yes_no_over_two_named_things():
+    llm = ExtractiveLLM()
+    ctx = context(RARE_BIRD, MAN_IN_TRUNK, POTTIER, ST_CLAIR)
+    assert llm.answer("Are A Rare Bird and The Man In The Trunk both comedy films?", ctx).text == "yes"
+    assert llm.answer("Are A Rare Bird and The Man In The Trunk both French films?", ctx).text == "no"
+    same = llm.answer("Are A Rare Bird and The Man In The Trunk from the same country?", ctx)
+    assert same.text == "no" and same.citations == (1, 2)  # "French" against "American"
+    # a role is followed to the people: Austrian-born French against American
+    people = llm.answer("Do director of film A Rare Bird and director of film The Man In The Trunk share the same "
+                        "nationality?", ctx)
+    assert people.text == "no" and people.citations == (3, 4)
+    # without the second thing's passage there is no yes/no to give
+    assert llm.answer("Are A Rare Bird and Land Of Peace both comedy films?", ctx).text not in ("yes", "no")
+
+
 def test_a_second_hops_passage_subject_can_be_the_answer():
     falls = Document.make("Victoria Falls is a waterfall in southern Africa on the Zambezi River at the border of "
                           "Zambia and Zimbabwe.", id="t-falls", title="Victoria Falls")

@@ -103,7 +103,7 @@ class Sentence:
     number: int  # the context item it comes from (for the citation)
     text: str
     spans: tuple[Span, ...]
-    topic: str  # id of its passage's title
+    topics: frozenset[str]  # ids of its passage's title, with and without a disambiguator ("medici", "medici board game")
     mentions: Callable[[str], bool]  # whether it names (or, by pronoun, refers to) an entity id
 
 
@@ -115,7 +115,7 @@ def answer(question: str, sentences: Sequence[Sentence], entity_id: Callable[[st
         return None
     found: list[tuple[tuple[int, int, int], list[int]]] = []
     for option in cmp.options:
-        dated = _option_date(entity_id(option), cmp, sentences, entity_id)
+        dated = _option_date(_option_id(option, entity_id), cmp, sentences, entity_id)
         if dated is None:
             return None
         found.append(dated)
@@ -126,10 +126,18 @@ def answer(question: str, sentences: Sequence[Sentence], entity_id: Callable[[st
     return cmp.options[0 if first_wins else 1], sorted(set(cite_a + cite_b))
 
 
+_DISAMBIGUATOR = re.compile(r"\s*\([^()]*\)$")
+
+
+def _option_id(name: str, entity_id: Callable[[str], str]) -> str:
+    """An option's id as titles are matched: without a disambiguator ("Sabotage (1936 Film)" -> "sabotage")."""
+    return entity_id(_DISAMBIGUATOR.sub("", name)) or entity_id(name)
+
+
 def _about(eid: str, sentences: Sequence[Sentence]) -> list[Sentence]:
     """The sentences of the passage titled `eid` first, then others naming it."""
-    own = [s for s in sentences if s.topic == eid]
-    return own + [s for s in sentences if s.topic != eid and s.mentions(eid)]
+    own = [s for s in sentences if eid in s.topics]
+    return own + [s for s in sentences if eid not in s.topics and s.mentions(eid)]
 
 
 def _option_date(eid: str, cmp: Comparison, sentences: Sequence[Sentence],
@@ -150,3 +158,86 @@ def _option_date(eid: str, cmp: Comparison, sentences: Sequence[Sentence],
                 if dated is not None:
                     return dated
     return None
+
+
+_AUX = re.compile(r"(?:are|is|were|was|do|does|did)\b")
+_COPULA = re.compile(r"\b(?:is|was|are|were)\b")
+# Words of a yes/no question that frame it rather than state the property asked about.
+_YES_NO_FRAME = frozenset("are is were was do does did both also same share from the of and have has".split())
+
+
+def yes_no(question: str, sentences: Sequence[Sentence], entity_id: Callable[[str], str]) -> tuple[str, list[int]] | None:
+    """"yes" or "no" for a question about two named things ("Are X and Y both board games?", "Do director of film
+    X and director of film Y share the same nationality?"), or None when it is not one or the context lacks
+    either thing's own passage.
+
+    - "same <property>": the names the first sentence of each thing's passage gives after its verb
+      ("... is a 1935 American film") must share a word;
+    - otherwise every content word of the property ("board games") must be in each thing's passage.
+    A role before the things ("director of film X") is followed to the person, as in comparisons.
+    """
+    q = question.strip()
+    if not _AUX.match(q.casefold()):
+        return None
+    spans = [s for s in find_spans(q) if s.type == "NAME"]
+    pair = next(((a, b) for a, b in zip(spans, spans[1:])
+                 if (between := q[a.end:b.start].strip().casefold()) == "and"
+                 or (between.startswith("and ") and between[4:].islower())), None)
+    if pair is None:
+        return None
+    a, b = pair
+    role = frozenset(stem(w) for w in words(q[:a.start]) + words(q[a.end:b.start])
+                     if w not in _FRAME and w not in _YES_NO_FRAME and len(w) > 3)
+    rest = words(q[b.end:])
+    cited: list[int] = []
+    subjects: list[list[Sentence]] = []
+    for option in (a, b):
+        about = _subject(_option_id(option.name, entity_id), role, sentences, entity_id)
+        if not about:
+            return None
+        subjects.append(about)
+        cited.append(about[0].number)
+    frame = words(q[:a.start]) + rest
+    if "same" in frame:
+        after = frame[frame.index("same") + 1:]
+        values = [_described_as(about[0], after[0] if after else "") for about in subjects]
+        if not all(values):
+            return None
+        return ("yes" if values[0] & values[1] else "no"), sorted(set(cited))
+    wanted = {stem(w) for w in rest + words(q[:a.start]) if w not in _YES_NO_FRAME and w not in _FRAME}
+    if not wanted:
+        return None
+    holds = [wanted <= {stem(w) for s in about for w in words(s.text)} for about in subjects]
+    return ("yes" if all(holds) else "no"), sorted(set(cited))
+
+
+def _subject(eid: str, role: frozenset[str], sentences: Sequence[Sentence],
+             entity_id: Callable[[str], str]) -> list[Sentence]:
+    """The sentences of the passage about `eid`, or, with a role, about the person its passage names in it."""
+    own = [s for s in sentences if eid in s.topics]
+    if not role or not own:
+        return own
+    for s in own:
+        for span in s.spans:
+            before = {stem(w) for w in words(s.text[max(0, span.start - 40):span.start])[-4:]}
+            if span.type == "NAME" and entity_id(span.name) != eid and role & before:
+                person = [t for t in sentences if entity_id(span.name) in t.topics]
+                if person:
+                    return person
+    return []
+
+
+def _described_as(sentence: Sentence, noun: str) -> set[str]:
+    """Words of the names a passage's first sentence gives after its verb ("was an Austrian-born French film
+    director" -> {"austrian", "born", "french"}), the passage's own name left out; when the sentence uses the
+    property's noun ("in Jiangsu province"), only the names within three words of it."""
+    verb = _COPULA.search(sentence.text)
+    if verb is None:
+        return set()
+    own = {w for t in sentence.topics for w in words(t)}
+    names = [s for s in sentence.spans if s.type == "NAME" and s.start >= verb.end()]
+    at = [m.start() for m in re.finditer(rf"\b{re.escape(noun)}\b", sentence.text.casefold())] if noun else []
+    if at:
+        near = [s for s in names if any(len(words(sentence.text[min(s.end, i):max(s.start, i)])) <= 3 for i in at)]
+        names = near or names
+    return {w for s in names for w in words(s.name) if w not in own}

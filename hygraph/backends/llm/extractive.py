@@ -38,6 +38,7 @@ _PHRASE_JUNK = re.compile(r"[()\[\]{}\"“”]")
 _CONJUNCTIONS = frozenset(("and", "or", "but", "nor"))
 _PHRASE_EDGE = " ,;:–—-'’"
 _DASH = re.compile(r" [–—-] ")
+_PAREN_TAIL = re.compile(r"\s*\([^()]*\)$")
 _PLACE_PREPS = frozenset(("in", "at", "near", "from"))
 _COPULAS = frozenset(("is", "was", "are", "were"))
 _GLOBAL_CUES = re.compile(
@@ -223,7 +224,7 @@ class _Row:
     norm: str  # " normalized text " for whole-word entity matching
     subject: str  # id of the item's first entity: what a pronoun in this sentence refers to
     spans: tuple[Span, ...]
-    topic: str  # id of the item's title line ("" without one): the entity its passage is about
+    topics: frozenset[str]  # ids of the item's title line, with and without a disambiguator: what its passage is about
 
     def mentions(self, eid: str) -> bool:
         return f" {eid} " in self.norm or (eid == self.subject and _refers_back(self.text))
@@ -262,13 +263,14 @@ def _rows(context: Sequence[ContextItem]) -> list[_Row]:
 
 
 @functools.lru_cache(maxsize=1 << 13)
-def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[Span, ...], str], ...]:
-    """(sentence, stems, normalized text, subject, spans, topic) per sentence of a context item.
+def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[Span, ...], frozenset[str]], ...]:
+    """(sentence, stems, normalized text, subject, spans, topics) per sentence of a context item.
 
     Cached by text: a served index returns the same chunks and summaries to many questions,
     and parsing them is most of an answer's cost.
     """
     heading, body = _split_heading(text)
+    topics = frozenset({_entity_id(heading), _entity_id(_PAREN_TAIL.sub("", heading))} - {""})
     spans = find_spans(heading) if heading else []
     subject = _entity_id(spans[0].name) if spans else ""
     out = []
@@ -277,7 +279,7 @@ def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[S
         if not subject and spans:
             subject = _entity_id(spans[0].name)
         out.append((sentence, frozenset(content_stems(sentence)), f" {_entity_id(sentence)} ", subject,
-                    tuple(spans), _entity_id(heading)))
+                    tuple(spans), topics))
     return tuple(out)
 
 
@@ -424,8 +426,8 @@ class ExtractiveLLM:
         rows = _rows(_passages(context))
         if not rows or not (q.stems or q.ids):
             return Answer(INSUFFICIENT)
-        picked = comparison.answer(question, [comparison.Sentence(r.number, r.text, r.spans, r.topic, r.mentions)
-                                              for r in rows], _entity_id)
+        sentences = [comparison.Sentence(r.number, r.text, r.spans, r.topics, r.mentions) for r in rows]
+        picked = comparison.answer(question, sentences, _entity_id) or comparison.yes_no(question, sentences, _entity_id)
         if picked is not None:
             return Answer(picked[0], tuple(picked[1]))
         df = Counter(w for row in rows for w in row.stems & q.stems)
