@@ -26,11 +26,13 @@ from hygraph.indexing import tables
 from hygraph.indexing.encode import Encoder, embed_bulk
 from hygraph.indexing.hierarchy_build import HierarchyResult, build_summary_hierarchy
 from hygraph.indexing.knowledge import Knowledge, extractions_from_triples, load_kg, merge_extractions
+from hygraph.indexing.lexical import build_lexical
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages import EmbedStage, ExtractStage, chunk_batch
 from hygraph.errors import InputError
 from hygraph.model import Chunk, Document, Extraction, TripleRecord, load_corpus, load_triples
 from hygraph.store.graph_io import write_graph
+from hygraph.store.lexical_io import write_lexical
 from hygraph.store.snapshot import SnapshotStore, VersionWriter
 
 CHUNK_COLS = ("id", "doc_id", "ordinal", "text", "n_tokens", "title")
@@ -153,6 +155,8 @@ def _write_tables(w: VersionWriter, docs: list[Document], cols: dict[str, Any], 
                                 "text": [d.text for d in docs]})
     w.write_table("chunks", {k: cols[k] for k in CHUNK_COLS})
     w.write_array("chunk_embeddings", cols["embedding"])
+    for kind, postings in cols.get("lexical", {}).items():
+        write_lexical(w, kind, postings)
     if kb is None or graph is None:
         return
     w.write_table("entities", tables.entity_table(kb, graph.entity_ids))
@@ -228,6 +232,9 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
             if cfg.hyperbolic.enabled:
                 with stages.stage("hyperbolic"):
                     hyp = train_hyperbolic(cfg, cols["text"], cols["embedding"])
+        with stages.stage("lexical"):
+            # Kept with the chunk columns, which the updater carries from version to version.
+            cols["lexical"] = build_lexical(cols["id"], cols["text"], hg.entity_ids if hg is not None else None)
         vs = vectorstore.connect(cfg.vector_store, index_dir)
         previous = store.current_version()
         # Journal jobs already applied to the replaced version stay applied: the rebuild takes

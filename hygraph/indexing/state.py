@@ -17,8 +17,10 @@ from hygraph.core.graph import HybridGraph
 from hygraph.indexing.build import CHUNK_COLS
 from hygraph.indexing.hierarchy_build import HierarchyResult
 from hygraph.indexing.knowledge import Knowledge
+from hygraph.indexing.lexical import build_lexical
 from hygraph.model import Document, Entity, Hyperedge, Relation
 from hygraph.store.graph_io import read_graph
+from hygraph.store.lexical_io import KINDS, has_lexical, read_lexical
 from hygraph.store.snapshot import Snapshot
 
 
@@ -27,7 +29,7 @@ class IndexState:
     version: int
     manifest: dict[str, Any]
     docs: list[Document]
-    cols: dict[str, Any]  # CHUNK_COLS lists plus "embedding" (n_chunks, dim)
+    cols: dict[str, Any]  # CHUNK_COLS lists, "embedding" (n_chunks, dim), "lexical" {kind: BM25 postings}
     kb: Knowledge | None = None
     graph: HybridGraph | None = None
     cleora: np.ndarray | None = None  # rows follow graph.node_ids
@@ -76,11 +78,20 @@ def _hierarchy(snap: Snapshot) -> HierarchyResult:
     return hier
 
 
+def _lexical(snap: Snapshot, cols: dict[str, Any]) -> dict[str, Any]:
+    """The BM25 postings; a version written before the lexical stage existed gets them built here once."""
+    if has_lexical(snap, "chunks"):
+        return {kind: read_lexical(snap, kind) for kind in KINDS if has_lexical(snap, kind)}
+    entity_ids = snap.table("graph_entity_ids").column("id").to_pylist() if snap.has("graph_entity_ids") else None
+    return build_lexical(cols["id"], cols["text"], entity_ids)
+
+
 def load_state(snap: Snapshot) -> IndexState:
     d = snap.table("documents").to_pydict()
     docs = [Document(i, x, t) for i, t, x in zip(d["id"], d["title"], d["text"])]
     cols: dict[str, Any] = snap.table("chunks").select(list(CHUNK_COLS)).to_pydict()
     cols["embedding"] = np.array(snap.array("chunk_embeddings"), dtype=np.float32)
+    cols["lexical"] = _lexical(snap, cols)
     state = IndexState(version=snap.version, manifest=snap.manifest, docs=docs, cols=cols)
     if not snap.has("entities"):
         return state

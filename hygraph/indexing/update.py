@@ -25,6 +25,7 @@ from hygraph.indexing.build import CHUNK_COLS, build_graph
 from hygraph.indexing.chunker import chunk_documents
 from hygraph.indexing.hierarchy_build import _Texts
 from hygraph.indexing.hierarchy_update import update_leiden, update_lsh
+from hygraph.indexing.lexical import update_lexical
 from hygraph.indexing.stages import _tokenizer
 from hygraph.indexing.state import IndexState
 from hygraph.model import Document, Entity
@@ -125,6 +126,7 @@ class Applier:
         if state.hyp is not None:
             self._hyperbolic(state, keep, len(chunks), delta)
         new = _snapshot_ids(state)
+        _lexical(state, removed_chunks, chunks, old, new)
         for kind in old:
             gone = sorted(old[kind] - new[kind])
             if gone:
@@ -299,6 +301,14 @@ class Applier:
         delta.upserts["hyperbolic"] = ([ids[i] for i in rows],
                                        hyperbolic.storage_vectors(points[rows], state.hyp["M"]).astype(np.float32),
                                        None)
+
+
+def _lexical(state: IndexState, removed_chunks: list[str], chunks: list, old: dict[str, set[str]],
+             new: dict[str, set[str]]) -> None:
+    """The lexical stage's update: BM25 postings of removed and replaced chunks out, new ones in."""
+    state.cols["lexical"] = update_lexical(
+        state.cols["lexical"], removed_chunks, [c.id for c in chunks], [c.text for c in chunks],
+        sorted(old["entities"] - new["entities"]), sorted(new["entities"] - old["entities"]))
 
 
 def _touched(delta: Delta, summaries_rebuilt: int, calls: dict[str, int], t0: float) -> dict[str, Any]:

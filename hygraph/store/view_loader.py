@@ -7,7 +7,10 @@ from collections import defaultdict
 import numpy as np
 
 from hygraph.core.hyperbolic import edge_adjacency
+from hygraph.core.retrieval.propagation import walk_for
 from hygraph.core.retrieval.view import IndexView
+from hygraph.store.graph_io import read_graph
+from hygraph.store.lexical_io import has_lexical, read_lexical
 from hygraph.store.snapshot import Snapshot
 
 
@@ -24,8 +27,14 @@ def load_view(snap: Snapshot) -> IndexView:
     docs = snap.table("documents").select(["id", "title"]).to_pydict()
     view = IndexView(version=snap.version, chunk_text=dict(zip(chunks["id"], chunks["text"])),
                      chunk_doc=dict(zip(chunks["id"], chunks["doc_id"])), titles=dict(zip(docs["id"], docs["title"])))
+    if has_lexical(snap, "chunks"):
+        view.chunk_lexical = read_lexical(snap, "chunks")
     if not snap.has("entities"):
         return view
+    if has_lexical(snap, "entities"):
+        view.entity_lexical = read_lexical(snap, "entities")
+    view.graph = read_graph(snap)
+    view.walk = walk_for(view.graph, view.chunk_doc, view.titles)
     ent = snap.table("entities").to_pydict()
     view.entity_name = dict(zip(ent["id"], ent["name"]))
     view.entity_desc = dict(zip(ent["id"], ent["description"]))

@@ -24,13 +24,15 @@ def test_graph_index_has_every_part(built_index):
     assert set(stats["edges"]) == {"chunk_chunk", "entity_entity", "entity_chunk", "hyperedge_entity",
                                    "hyperedge_chunk"}
     assert sum(stats["segments_per_layer"].values()) == out["summaries"]
-    for stage in ("chunk+embed+extract", "hybrid graph", "cleora", "hierarchy", "hyperbolic", "write vectors"):
+    for stage in ("chunk+embed+extract", "hybrid graph", "cleora", "hierarchy", "hyperbolic", "lexical",
+                  "write vectors"):
         assert stage in stats["seconds_per_stage"]
     snap = SnapshotStore(index_dir).open()
     assert set(snap.manifest["collections"]) == {"chunks", "entities", "relations", "hyperedges", "summaries",
                                                  "hyperbolic"}
     assert snap.manifest["hyperbolic"]["M"] > 1.0
     assert snap.has("hyperplanes_L1") and snap.has("cleora")
+    assert snap.has("lexical_chunks_ids") and snap.has("lexical_entities_ids")  # the BM25 postings
     assert read_graph(snap).edge_counts() == stats["edges"]  # the stored graph is the built one
 
 
@@ -59,7 +61,9 @@ def test_auto_records_the_route(built_index):
     index_dir, _ = built_index
     res = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "auto",
                             "What are the main themes across these documents?"))
-    assert res["context"]["notes"]["route"] in ("local", "global")
+    # a question about the whole collection is typed `corpus` and answered by global search
+    assert res["context"]["notes"]["route"] == "corpus"
+    assert res["context"]["notes"]["routed_mode"] == "global"
 
 
 def test_triples_import_builds_the_graph_from_them(tmp_path):

@@ -61,6 +61,12 @@ def test_insert_then_delete_touch_only_what_changed(built_index, tmp_path):
     for doc in docs:
         hit = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "dense", doc["title"]))
         assert hit["index_version"] == out["version"] and hit["passages"][0]["id"] == doc["id"]
+        # the BM25 postings took the new chunks in with the version
+        hit = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "bm25", doc["title"]))
+        assert hit["index_version"] == out["version"] and hit["passages"][0]["id"] == doc["id"]
+    snap = SnapshotStore(index_dir).open()
+    assert sorted(snap.table("lexical_chunks_ids").column("id").to_pylist()) == sorted(
+        snap.table("chunks").column("id").to_pylist())
 
     gone = docs[0]
     deleted = last_json(run_cli("delete", "--index-dir", str(index_dir), "--ids", f"{gone['id']},no-such-doc"))

@@ -133,9 +133,9 @@ def test_extract_parses_json_into_records(endpoint, tmp_path, key):
 
 
 def test_retry_after_malformed_reply(endpoint, tmp_path, key):
-    endpoint.replies = [{"content": "{not json"}, content({"route": "sideways"}), content({"route": "global"})]
+    endpoint.replies = [{"content": "{not json"}, content({"route": "sideways"}), content({"route": "corpus"})]
     llm = make(endpoint, tmp_path)
-    assert llm.route("What are the main themes?") == "global"
+    assert llm.route("What are the main themes?") == "corpus"
     assert len(endpoint.requests) == 3
     usage = llm.usage.roles["route"]
     assert (usage.calls, usage.prompt_tokens, usage.completion_tokens) == (3, 33, 21)
@@ -192,7 +192,7 @@ def test_client_errors_are_not_retried_and_the_key_never_shows(endpoint, tmp_pat
 
 
 def test_timeout(endpoint, tmp_path, key):
-    endpoint.replies = [{"delay": 1.5, **content({"route": "local"})}]
+    endpoint.replies = [{"delay": 1.5, **content({"route": "entity"})}]
     llm = make(endpoint, tmp_path, timeout_s=0.2, max_retries=0)
     start = time.perf_counter()
     with pytest.raises(BackendError, match="timed out after 0.2 s"):
