@@ -264,6 +264,17 @@ def test_deterministic_and_usage_counted_per_item():
     assert question_entities("When did Teutberga die?") == {"teutberga"}
 
 
+def test_answer_usage_counts_the_words_read_and_written():
+    llm = ExtractiveLLM()
+    items = context(TEUTBERGA, LAMBERT)
+    ans = llm.answer("When did Teutberga die?", items)
+    role = llm.usage.roles["answer"]
+    assert role.prompt_tokens == 4 + len(TEUTBERGA.full_text.split()) + len(LAMBERT.full_text.split())
+    assert role.completion_tokens == len(ans.text.split()) > 0
+    list(llm.answer_stream("When did Teutberga die?", items))
+    assert llm.usage.calls()["answer"] == 2 and role.completion_tokens == 2 * len(ans.text.split())
+
+
 def test_extract_speed_on_real_corpus():
     path = DEV_DATA / "2wiki_dev.corpus.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()[:1000]]

@@ -421,7 +421,14 @@ class ExtractiveLLM:
         yield ans
 
     def answer(self, question: str, context: Sequence[ContextItem]) -> Answer:
-        self.usage.count("answer")
+        """The answer; `usage` counts whitespace tokens (the unit of `answer_max_tokens`): the question
+        and every context item read, and the answer text."""
+        ans = self._answer(question, context)
+        read = len(question.split()) + sum(len(item.text.split()) for item in context)
+        self.usage.count("answer", prompt_tokens=read, completion_tokens=len(ans.text.split()))
+        return ans
+
+    def _answer(self, question: str, context: Sequence[ContextItem]) -> Answer:
         q = _Question.parse(question)
         rows = _rows(_passages(context))
         if not rows or not (q.stems or q.ids):
