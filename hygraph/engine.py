@@ -19,9 +19,9 @@ from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import LLM
 from hygraph.config import MODES, HygraphConfig, RetrievalConfig
 from hygraph.core.hyperbolic import from_storage
-from hygraph.core.prompt import NumberedItem, PromptItem, assemble_prompt
+from hygraph.core.prompt import assemble_prompt
 from hygraph.core.retrieval.collapsed import collapsed
-from hygraph.core.retrieval.context import Context, Search
+from hygraph.core.retrieval.context import Context, ContextItem, Search
 from hygraph.core.retrieval.dense import dense
 from hygraph.core.retrieval.hybrid import hybrid
 from hygraph.core.retrieval.hyperbolic import hyperbolic
@@ -159,9 +159,6 @@ class QueryEngine:
             return local(question, query_vec, k, v, search, self._question_entities)
         return global_(query_vec, k, v, search)
 
-    def prompt_items(self, question: str, ctx: Context) -> list[NumberedItem]:
+    def prompt_items(self, question: str, ctx: Context) -> list[ContextItem]:
         """HyGRAG eq. 23: the numbered context, lowest-scored items trimmed to the token budget."""
-        prompt = assemble_prompt(
-            question, [PromptItem(it.kind, it.text, it.score, it.sources[0] if it.sources else it.id)
-                       for it in ctx.items()], max_tokens=self.cfg.retrieval.max_context_tokens)
-        return list(prompt.items)
+        return list(assemble_prompt(question, ctx.items(), max_tokens=self.cfg.retrieval.max_context_tokens).items)

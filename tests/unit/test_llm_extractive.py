@@ -45,7 +45,7 @@ def chunk(doc: Document) -> Chunk:
 
 
 def context(*docs: Document) -> list[ContextItem]:
-    return [ContextItem(i, "chunk", d.full_text, 1.0, d.id) for i, d in enumerate(docs, 1)]
+    return [ContextItem(d.id, "chunk", d.full_text, 1.0, (d.id,), number=i) for i, d in enumerate(docs, 1)]
 
 
 def test_make_llm_builds_the_extractive_backend():

@@ -203,7 +203,8 @@ def test_timeout(endpoint, tmp_path, key):
 def test_answer_summary_and_concurrent_batches(endpoint, tmp_path, key):
     endpoint.replies = [content({"answer": "Lothair II", "citations": [2, 9]})]
     llm = make(endpoint, tmp_path, concurrency=4, summary_max_tokens=16)
-    ctx = [ContextItem(1, "summary", "Lotharingia.", 0.5), ContextItem(2, "chunk", TEUTBERGA, 0.9, "d1")]
+    ctx = [ContextItem("L1:0", "summary", "Lotharingia.", 0.5, number=1),
+           ContextItem("d1:0", "chunk", TEUTBERGA, 0.9, ("d1",), number=2)]
     ans = llm.answer("Whom did Teutberga marry?", ctx)
     assert ans.text == "Lothair II" and ans.citations == (2,)  # item 9 does not exist
     system, user = (m["content"] for m in endpoint.requests[0]["messages"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Literal, Protocol, Sequence, Union, runtime_checkable
 
-from hygraph.core.prompt import NumberedItem as ContextItem
+from hygraph.core.retrieval.context import ContextItem
 from hygraph.model import Chunk, Extraction
 
 ROLES = ("extract", "summarize", "decompose", "answer", "route")

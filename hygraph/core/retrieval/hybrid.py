@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from hygraph.core.retrieval.context import Context, Item, Search, passages_from_chunks
+from hygraph.core.retrieval.context import Context, ContextItem, Search, passages_from_chunks
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
 from hygraph.core.retrieval.linking import link_entities
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate
@@ -127,29 +127,29 @@ def select_relations(relation_hits: Sequence[tuple[str, float]], is_candidate_en
     return picked + [(rid, floor * view.relations[rid][3]) for rid in extra[:k - len(picked)]]
 
 
-def chunk_item(cid: str, score: float, view: IndexView) -> Item:
+def chunk_item(cid: str, score: float, view: IndexView) -> ContextItem:
     """HyGRAG eq. 20 context item: a chunk, sourced to its passage."""
-    return Item(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],))
+    return ContextItem(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],))
 
 
-def summary_item(sid: str, score: float, view: IndexView) -> Item:
+def summary_item(sid: str, score: float, view: IndexView) -> ContextItem:
     """HyGRAG eq. 20 context item: a community summary with its layer (no sources, see `hybrid`)."""
-    return Item(sid, "summary", view.summary_text[sid], score, (), view.summary_layer[sid])
+    return ContextItem(sid, "summary", view.summary_text[sid], score, (), view.summary_layer[sid])
 
 
-def entity_item(eid: str, score: float, view: IndexView) -> Item:
+def entity_item(eid: str, score: float, view: IndexView) -> ContextItem:
     """HyGRAG eq. 20 context item: an entity as "name: description", sourced to the passages mentioning it."""
     name = view.entity_name.get(eid, eid)
     desc = view.entity_desc.get(eid, "")
-    return Item(eid, "entity", f"{name}: {desc}" if desc else name, score,
+    return ContextItem(eid, "entity", f"{name}: {desc}" if desc else name, score,
                 _docs(view.entity_chunks.get(eid, ()), view))
 
 
-def relation_item(rid: str, score: float, view: IndexView) -> Item:
+def relation_item(rid: str, score: float, view: IndexView) -> ContextItem:
     """HyGRAG eq. 20 context item: a triplet in entity names, sourced to the passages stating it."""
     head, phrase, tail, _ = view.relations[rid]
     text = f"{view.entity_name.get(head, head)} {phrase} {view.entity_name.get(tail, tail)}"
-    return Item(rid, "relation", text, score, _docs(view.relation_chunks.get(rid, ()), view))
+    return ContextItem(rid, "relation", text, score, _docs(view.relation_chunks.get(rid, ()), view))
 
 
 def searched_members(summary_ids: Iterable[str], searched: set[str], view: IndexView) -> set[str]:
@@ -162,7 +162,7 @@ def searched_members(summary_ids: Iterable[str], searched: set[str], view: Index
 
 
 def chunks_under(summary_ids: Sequence[str], chunk_hits: Sequence[tuple[str, float]], members: set[str],
-                 view: IndexView) -> Iterator[Item]:
+                 view: IndexView) -> Iterator[ContextItem]:
     """EraRAG §III-D / seed 004 global search: chunks under the summaries, searched ones (`members`) first.
 
     The rest follow in summary order and leaf order; the search did not reach them, so their
@@ -178,9 +178,9 @@ def chunks_under(summary_ids: Sequence[str], chunk_hits: Sequence[tuple[str, flo
                 yield chunk_item(cid, floor, view)
 
 
-def until_k_passages(items: Iterable[Item], k: int) -> list[Item]:
+def until_k_passages(items: Iterable[ContextItem], k: int) -> list[ContextItem]:
     """CONTRACT `passages` cut: chunk items in order until they cover k passages, so a long walk stops early."""
-    out: list[Item] = []
+    out: list[ContextItem] = []
     docs: set[str] = set()
     for item in items:
         out.append(item)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from hygraph.core.hyperbolic import init_from_text, key_terms, poincare_distance, query_vector
-from hygraph.core.retrieval.context import Context, Item, Search, passages_from_chunks
+from hygraph.core.retrieval.context import Context, ContextItem, Search, passages_from_chunks
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
 from hygraph.core.retrieval.hybrid import pool_size
 from hygraph.core.retrieval.linking import link_entities
@@ -95,7 +95,7 @@ def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     distance = poincare_distance(points(candidates), q_point[None, :])
     by_distance = [candidates[i] for i in np.argsort(distance, kind="stable")]
     fused = rrf([walk_order, by_distance], weights=[1.0, HYPERBOLIC_WEIGHT])
-    ranked = [Item(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],)) for cid, score in fused]
+    ranked = [ContextItem(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],)) for cid, score in fused]
     passages = passages_from_chunks(ranked, view.titles, k)
     kept = {p.id for p in passages}
     subgraph = {"nodes": list(parent), "edges": [[par, child] for child, par in parent.items()], "root": ROOT}
