@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 setup: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/pytest tests
+	$(BIN)/pytest tests --durations=30
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit
