@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from hygraph.cluster.loopback import request_loopback
+from hygraph.runtime.loopback import request_loopback
 from hygraph.config import MODES, HygraphConfig, load_config
 from hygraph.errors import HygraphError, InputError, StoreError
 
@@ -74,7 +74,7 @@ def cmd_eval(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_insert(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
-    from hygraph.cluster.updater import submit
+    from hygraph.cluster.client import submit
     from hygraph.model import load_corpus
 
     docs = load_corpus(args.corpus)
@@ -83,7 +83,7 @@ def cmd_insert(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_delete(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
-    from hygraph.cluster.updater import submit
+    from hygraph.cluster.client import submit
 
     ids = [i.strip() for i in args.ids.split(",") if i.strip()]
     if not ids:

@@ -169,6 +169,10 @@ class UpdatesConfig(Section):
     # idle or, under a steady stream, with the first batch after this many seconds; 0: never deferred.
     defer_summaries_s: float = Field(30.0, ge=0)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
+    # Compaction (when the journal is idle): an artifact's delta segments are merged into one past this
+    # many segments, and everything into one segment once the deltas outweigh this share of the base.
+    compact_max_segments: int = Field(8, ge=2)
+    compact_ratio: float = Field(0.25, gt=0)
     # HyperRAG §3.3: hyperbolic-mode queries refine the points online; a full retrain every N queries
     online_learning: bool = True
     online_steps: int = Field(10, ge=1)  # L_inc steps per query subgraph

@@ -31,35 +31,35 @@ from hygraph.core.retrieval.local_global import auto, global_, local
 from hygraph.core.retrieval.view import IndexView, Points
 from hygraph.errors import InputError, VersionNotReady
 from hygraph.model import Chunk
-from hygraph.store.snapshot import Snapshot, SnapshotStore
+from hygraph.store.versions import IndexStore, Version
 from hygraph.store.view_loader import load_view
-
-
 
 @dataclass(frozen=True)
 class Loaded:
-    """One index version as a request sees it: the graph view and its vector collections."""
+    """One index version as a request sees it: the graph view (over the version's mapped segments,
+    which it keeps open) and its vector collections."""
 
     view: IndexView
     collections: dict[str, str]
+    version: Version
 
 
 class QueryEngine:
     def __init__(self, cfg: HygraphConfig, index_dir: str | Path, embedder: Embedder | None = None,
                  llm: LLM | None = None) -> None:
         self.cfg = cfg
-        self.store = SnapshotStore(index_dir)
+        self.store = IndexStore(index_dir)
         self.vectors = vectorstore.connect(cfg.vector_store, index_dir)
         self._swap = threading.Lock()
         self.loaded = self._load(self.store.open())
         self.embedder = embedder or make_embedder(cfg.embedder)
         self.llm = llm or make_llm(cfg.llm, cache_dir=str(Path(index_dir) / "llm_cache"))
 
-    def _load(self, snap: Snapshot) -> Loaded:
-        collections: dict[str, str] = snap.manifest["collections"]
+    def _load(self, version: Version) -> Loaded:
+        collections = version.manifest.collections
         for name in collections.values():
             self.vectors.open(name)
-        return Loaded(load_view(snap), collections)
+        return Loaded(load_view(version), collections, version)
 
     def refresh(self) -> bool:
         """Swap to the version `CURRENT` names when it is newer; requests already running keep theirs.

@@ -28,7 +28,7 @@ import httpx  # noqa: E402
 from ray import serve  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 
-from hygraph.cluster.runtime import init_ray  # noqa: E402
+from hygraph.runtime import init_ray  # noqa: E402
 from hygraph.config import load_config  # noqa: E402
 from hygraph.model import load_questions  # noqa: E402
 from hygraph.serve.app import APP_NAME, build_app  # noqa: E402

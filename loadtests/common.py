@@ -76,9 +76,10 @@ def index_titles(index_dir: Path | None) -> set[str]:
     """Titles of the demo corpus and, when the index is local and built, of its current version."""
     titles = {json.loads(line)["title"] for line in (DEMO_DIR / "corpus.jsonl").open()}
     if index_dir is not None and (index_dir / "CURRENT").is_file():
-        from hygraph.store.snapshot import SnapshotStore
+        from hygraph.store.artifacts import DOCUMENTS
+        from hygraph.store.versions import IndexStore
 
-        titles |= set(SnapshotStore(index_dir).open().table("documents").column("title").to_pylist())
+        titles |= set(IndexStore(index_dir).open().table(DOCUMENTS).values("title"))
     return titles
 
 

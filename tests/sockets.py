@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psutil
 
-from hygraph.cluster.loopback import is_loopback
+from hygraph.runtime.loopback import is_loopback
 
 
 def listening_sockets(roots: list[psutil.Process]) -> list[tuple[str, int, str]]:

@@ -16,7 +16,7 @@ from hygraph.eval.metrics import EvalRow, ModeStats
 from hygraph.eval.report import write_report
 from hygraph.indexing.progress import Stages
 from hygraph.model import load_questions
-from hygraph.store.snapshot import write_atomic
+from hygraph.store.files import write_atomic
 
 
 def run_eval(cfg: HygraphConfig, index_dir: str | Path, questions_path: str | Path, modes: list[str],

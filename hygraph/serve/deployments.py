@@ -20,11 +20,11 @@ from ray import serve
 from hygraph.backends.embedder import make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import Answer, ContextItem
-from hygraph.cluster.updater import updater_name
+from hygraph.cluster.actor import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
 from hygraph.errors import IndexNotReady, InputError
-from hygraph.store.snapshot import SnapshotStore
+from hygraph.store.versions import IndexStore
 from hygraph.serve.metrics import EmbedderMetrics, IndexMetrics, LLMMetrics
 
 log = logging.getLogger("hygraph.serve")
@@ -96,7 +96,7 @@ class Retriever:
         threading.Thread(target=self._follow_current, name="hygraph-version-poll", daemon=True).start()
 
     def _open_when_built(self) -> None:
-        if self._engine is None and SnapshotStore(self.index_dir).current_version() is not None:
+        if self._engine is None and IndexStore(self.index_dir).current_version() is not None:
             self._engine = QueryEngine(self.cfg, self.index_dir)
             log.info("serving index version %d", self._engine.version)
             self.index_metrics.version.set(self._engine.version)
@@ -119,7 +119,7 @@ class Retriever:
                     self.index_metrics.version.set(self.engine.version)
             except Exception:  # noqa: BLE001 - a half-visible version is retried on the next poll
                 log.warning("could not load index version %s; still serving %s",
-                            SnapshotStore(self.index_dir).current_version(),
+                            IndexStore(self.index_dir).current_version(),
                             self._engine.version if self._engine else "none", exc_info=True)
 
     def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int, min_version: int = 0) -> dict[str, Any]:

@@ -18,14 +18,15 @@ from typing import Any, AsyncIterator
 
 from ray.serve.handle import DeploymentHandle
 
-from hygraph.cluster.updater import summaries_pending, updater_name
+from hygraph.cluster.actor import updater_name
+from hygraph.cluster.jobs import job_status
 from hygraph.config import HygraphConfig
 from hygraph.core.retrieval.context import Context
 from hygraph.engine import check_request, result
 from hygraph.serve.http import ApiError, api_keys
 from hygraph.serve.metrics import IngressMetrics
 from hygraph.store.journal import Journal
-from hygraph.store.snapshot import SnapshotStore
+from hygraph.store.versions import IndexStore
 
 
 class Gateway:
@@ -38,7 +39,7 @@ class Gateway:
             h.options(_by_reference=False) for h in (embedder, retriever, generator))
         self.keys = api_keys(cfg.serve, cfg.profile)
         self.journal = Journal(index_dir)
-        self.store = SnapshotStore(index_dir)
+        self.store = IndexStore(index_dir)
         self.metrics = IngressMetrics()
         self.index_name = Path(index_dir).resolve().name
         self.updater_name = updater_name(index_dir)
@@ -90,19 +91,10 @@ class Gateway:
         job = await asyncio.to_thread(self.journal.find, job_id)
         if job is None:
             return None
-        # Before the first build lands there is no version: every job is still queued.
-        manifest = (await asyncio.to_thread(self.store.open)).manifest \
-            if self.store.current_version() is not None else {"journal_offset": 0, "version": None}
-        status, error = await asyncio.to_thread(self.journal.status, job, int(manifest["journal_offset"]))
-        body: dict[str, Any] = {"job_id": job_id, "op": job.op, "status": status,
-                                "index_version": manifest["version"] if status == "done" else None}
-        if status == "done":
+        body = await asyncio.to_thread(job_status, self.store, self.journal, job)
+        if body["status"] == "done":
             with self._floor_lock:
-                self._floor = max(self._floor, int(manifest["version"]))
-            if job.op == "insert":
-                body["summaries"] = "pending" if summaries_pending(manifest, job) else "done"
-        if error:
-            body["error"] = error
+                self._floor = max(self._floor, int(body["index_version"]))
         return body
 
     def updater(self) -> Any:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from hygraph.backends import vectorstore
-from hygraph.cluster.runtime import ensure_port_free, init_ray
-from hygraph.cluster.updater import start_updater, stop_updater
+from hygraph.runtime import ensure_port_free, init_ray
+from hygraph.cluster.actor import start_updater, stop_updater
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
 from hygraph.indexing.build import ensure_demo_index

@@ -1,62 +1,158 @@
-"""Snapshot version -> the in-memory IndexView that retrieval strategies read."""
+"""A version -> the IndexView that retrieval strategies read: read-only mappings over its mapped segments.
+
+Nothing is copied into the process: every lookup decodes one value from the memory-mapped
+columns, so Retriever replicas on one node share the version's pages, and loading a version
+costs the time to map its segments, not to read them. A summary's leaves are derived from
+its children on demand (iterated in sorted order, tested with `in` by walking up its parents),
+so no version stores the large leaf lists of the upper layers.
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import heapq
+from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
 
-import numpy as np
-
-from hygraph.core.hyperbolic import edge_adjacency
 from hygraph.core.retrieval.view import IndexView
-from hygraph.store.snapshot import Snapshot
+from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, HYPEREDGES, PARENTS, RELATIONS, SUMMARIES, TERMS,
+                                     Artifact)
+from hygraph.store.table import Table
+from hygraph.store.versions import Version
+
+V = TypeVar("V")
 
 
-def _invert(owner_ids: list[str], members: list[list[str]]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = defaultdict(list)
-    for oid, ms in zip(owner_ids, members):
-        for m in ms:
-            out[m].append(oid)
-    return dict(out)
+class ColumnMap(Mapping[str, V], Generic[V]):
+    """One column of an artifact, by key."""
+
+    def __init__(self, table: Table[Any], column: str) -> None:
+        self.table, self.column = table, column
+
+    def __getitem__(self, key: str) -> V:
+        return self.table.value(key, self.column)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = self.table.locate(key) if isinstance(key, str) else None
+        if found is None:
+            return default
+        seg, row = found
+        return seg.column(self.column)[row]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __iter__(self) -> Iterator[str]:
+        return self.table.ids()
 
 
-def load_view(snap: Snapshot) -> IndexView:
-    chunks = snap.table("chunks").select(["id", "doc_id", "text"]).to_pydict()
-    docs = snap.table("documents").select(["id", "title"]).to_pydict()
-    view = IndexView(version=snap.version, chunk_text=dict(zip(chunks["id"], chunks["text"])),
-                     chunk_doc=dict(zip(chunks["id"], chunks["doc_id"])), titles=dict(zip(docs["id"], docs["title"])))
-    if not snap.has("entities"):
+class RowMap(Mapping[str, V], Generic[V]):
+    """Several columns of an artifact, by key, made into one value."""
+
+    def __init__(self, table: Table[Any], columns: tuple[str, ...], make: Callable[..., V]) -> None:
+        self.table, self.columns, self.make = table, columns, make
+
+    def __getitem__(self, key: str) -> V:
+        found = self.table.locate(key)
+        if found is None:
+            raise KeyError(key)
+        seg, row = found
+        return self.make(*(seg.column(c)[row] for c in self.columns))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __iter__(self) -> Iterator[str]:
+        return self.table.ids()
+
+
+class Leaves:
+    """The layer-0 leaves of one summary: sorted(children's leaves ∪ its extra leaves)."""
+
+    def __init__(self, summaries: Table[Any], parents: Table[Any], sid: str, layer: int) -> None:
+        self.summaries, self.parents, self.sid, self.layer = summaries, parents, sid, layer
+
+    def __iter__(self) -> Iterator[str]:
+        last = None
+        for leaf in self._merged(self.sid, self.layer):
+            if leaf != last:
+                yield leaf
+                last = leaf
+
+    def _merged(self, sid: str, layer: int) -> Iterator[str]:
+        children = self.summaries.value(sid, "children")
+        extra = self.summaries.value(sid, "extra_leaves")
+        if layer == 1:
+            return iter(sorted({*children, *extra}))
+        return heapq.merge(*(Leaves(self.summaries, self.parents, c, layer - 1) for c in children), iter(sorted(extra)))
+
+    def __contains__(self, node: object) -> bool:
+        """Whether `node` (a layer-0 id) is under this summary: its ancestors one layer at a time."""
+        if not isinstance(node, str):
+            return False
+        frontier = {node}
+        for layer in range(1, self.layer + 1):
+            prefix = f"L{layer}:"
+            frontier = {p for n in frontier for p in self._parents(n) if p.startswith(prefix)}
+            if not frontier:
+                return False
+        return self.sid in frontier
+
+    def _parents(self, node: str) -> tuple[str, ...]:
+        found = self.parents.locate(node)
+        return found[0].column("summaries")[found[1]] if found is not None else ()
+
+
+class LeavesMap(Mapping[str, Leaves]):
+    def __init__(self, summaries: Table[Any], parents: Table[Any]) -> None:
+        self.summaries, self.parents = summaries, parents
+
+    def __getitem__(self, sid: str) -> Leaves:
+        return Leaves(self.summaries, self.parents, sid, self.summaries.value(sid, "layer"))
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self.summaries
+
+    def __len__(self) -> int:
+        return len(self.summaries)
+
+    def __iter__(self) -> Iterator[str]:
+        return self.summaries.ids()
+
+
+def _col(version: Version, artifact: Artifact[Any], column: str) -> ColumnMap[Any]:
+    return ColumnMap(version.table(artifact), column)
+
+
+def load_view(version: Version) -> IndexView:
+    view = IndexView(version=version.version, chunk_text=_col(version, CHUNKS, "text"),
+                     chunk_doc=_col(version, CHUNKS, "doc_id"), titles=_col(version, DOCUMENTS, "title"))
+    if not version.has(ENTITIES):
         return view
-    ent = snap.table("entities").to_pydict()
-    view.entity_name = dict(zip(ent["id"], ent["name"]))
-    view.entity_desc = dict(zip(ent["id"], ent["description"]))
-    view.entity_score = dict(zip(ent["id"], ent["score"]))
-    view.entity_chunks = dict(zip(ent["id"], ent["chunks"]))
-
-    rel = snap.table("relations").to_pydict()
-    view.relations = {i: (h, r, t, s) for i, h, r, t, s in
-                      zip(rel["id"], rel["head"], rel["relation"], rel["tail"], rel["score"])}
-    view.relation_chunks = dict(zip(rel["id"], rel["chunks"]))
-    view.entity_relations = _invert(rel["id"], [[h, t] for h, t in zip(rel["head"], rel["tail"])])
-
-    he = snap.table("hyperedges").to_pydict()
-    view.hyperedge_text = dict(zip(he["id"], he["text"]))
-    view.hyperedge_entities = {i: tuple(e) for i, e in zip(he["id"], he["entities"])}
-    view.hyperedge_score = dict(zip(he["id"], he["score"]))
-    view.hyperedge_chunks = dict(zip(he["id"], he["chunks"]))
-    view.entity_hyperedges = _invert(he["id"], he["entities"])
-
-    if snap.has("summaries"):
-        sm = snap.table("summaries").to_pydict()
-        view.summary_text = dict(zip(sm["id"], sm["text"]))
-        view.summary_layer = dict(zip(sm["id"], sm["layer"]))
-        view.summary_children = {i: tuple(c) for i, c in zip(sm["id"], sm["children"])}
-        view.summary_leaves = {i: tuple(c) for i, c in zip(sm["id"], sm["leaves"])}
-
-    if snap.has("hyperbolic_points"):
-        hyp = snap.manifest["hyperbolic"]
-        view.hyper_chunk_ids = chunks["id"]
-        view.hyper_row = {cid: i for i, cid in enumerate(chunks["id"])}
-        view.hyper_adj_indptr, view.hyper_adj_indices = edge_adjacency(
-            np.asarray(snap.array("hyperbolic_edges")), len(chunks["id"]))
-        view.hyper_dim, view.hyper_seed = int(hyp["dim"]), int(hyp["seed"])
+    view.entity_name = _col(version, ENTITIES, "name")
+    view.entity_desc = _col(version, ENTITIES, "description")
+    view.entity_score = _col(version, ENTITIES, "score")
+    view.entity_chunks = _col(version, ENTITIES, "chunks")
+    view.entity_relations = _col(version, ENTITIES, "relations")
+    view.entity_hyperedges = _col(version, ENTITIES, "hyperedges")
+    view.relations = RowMap(version.table(RELATIONS), ("head", "relation", "tail", "score"),
+                            lambda h, r, t, s: (h, r, t, s))
+    view.relation_chunks = _col(version, RELATIONS, "chunks")
+    view.hyperedge_text = _col(version, HYPEREDGES, "text")
+    view.hyperedge_entities = _col(version, HYPEREDGES, "entities")
+    view.hyperedge_score = _col(version, HYPEREDGES, "score")
+    view.hyperedge_chunks = _col(version, HYPEREDGES, "chunks")
+    if version.has(SUMMARIES):
+        view.summary_text = _col(version, SUMMARIES, "text")
+        view.summary_layer = _col(version, SUMMARIES, "layer")
+        view.summary_children = _col(version, SUMMARIES, "children")
+        view.summary_leaves = LeavesMap(version.table(SUMMARIES), version.table(PARENTS))
+    hyp = version.manifest.hyperbolic
+    if hyp is not None and version.has(TERMS):
+        view.hyper_neighbours = _col(version, TERMS, "neighbours")
+        view.hyper_dim, view.hyper_seed = hyp.dim, hyp.seed
     return view
