@@ -65,7 +65,8 @@ def main() -> None:
     work = out.with_suffix(".work")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    docs = [{"id": d.id, "title": d.title, "text": d.text, "metadata": {}} for d in load_corpus(args.corpus)][:args.docs]
+    docs = [{"id": d.id, "title": d.title, "text": d.text, "metadata": {}}
+            for d in load_corpus(args.corpus)][:args.docs]
     half = len(docs) // 2
     step = (len(docs) - half + args.steps - 1) // args.steps
     grown = work / "grown"

@@ -55,7 +55,8 @@ def demo_questions() -> list[str]:
     return [json.loads(line)["question"] for line in (DEMO_DIR / "questions.jsonl").open()]
 
 
-def fresh_documents(corpus: Path, n: int, skip_titles: set[str], tag: str, min_chars: int = 200) -> list[dict[str, str]]:
+def fresh_documents(corpus: Path, n: int, skip_titles: set[str], tag: str,
+                    min_chars: int = 200) -> list[dict[str, str]]:
     """`n` documents of `corpus` whose titles the index does not hold, under run-unique ids.
 
     Unique ids keep a re-run on the same index from hitting the insert no-op (same id, same

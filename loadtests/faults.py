@@ -174,7 +174,7 @@ def exactly_once(index_dir: Path, client: Client, docs: list[dict[str, str]]) ->
                      "duplicate_chunk_hits": sorted(c for c, n in Counter(hits).items() if n > 1)})
     bad = [r for r in rows if r["in_documents"] != 1 or not r["chunks"] or not r["retrieved"]
            or r["duplicate_chunk_hits"]]
-    return {"index_version": json.loads((snap.path / "manifest.json").read_text())["version"],
+    return {"index_version": version.version,
             "documents_checked": len(rows), "present_exactly_once": len(rows) - len(bad),
             "duplicate_chunk_ids_in_index": sorted(c for c, n in chunk_ids.items() if n > 1)[:20],
             "problems": bad}

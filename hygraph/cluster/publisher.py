@@ -295,8 +295,13 @@ class IndexUpdater:
                     rebuilt != self.store.manifest().collections.get("hyperbolic"):
                 self.vectors.drop(rebuilt)  # its version never landed: nobody names it
             raise
-        assert self.live is not None
-        self.live.version = self.store.open(version)
+        # Published: nothing after this point may fail the batch's jobs.
+        try:
+            assert self.live is not None
+            self.live.version = self.store.open(version)
+        except Exception as exc:  # noqa: BLE001 - the next batch reloads what is published
+            self.live = None
+            log.warning("reopening version %d failed: %s", version, bounded_error(f"{type(exc).__name__}: {exc}"))
         self._retire(collections, applied.delta.retired)
         try:
             self._gc()

@@ -129,7 +129,8 @@ class Applier:
         before = self._calls()
         state = IndexState(live.version)
         delta = vectors.VectorDelta()
-        removed = [state.require(CHUNKS, cid) for d in sorted(batch.remove) for cid in state.require(DOCUMENTS, d).chunks]
+        removed = [state.require(CHUNKS, cid) for d in sorted(batch.remove)
+                   for cid in state.require(DOCUMENTS, d).chunks]
         new_docs = list(batch.add.values())
         graph = state.manifest.graph
         ing = ingest.update(self.cfg, new_docs, self.embedder, self.llm if graph else None)

@@ -46,9 +46,11 @@ class SegmentInfo:
 
 
 def _write_ipc(path: Path, table: pa.Table) -> None:
+    """One record batch, also when empty (a segment of tombstones only)."""
+    batch = table.combine_chunks().to_batches()
     with pa.OSFile(str(path), "wb") as sink:
         with pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table.combine_chunks(), max_chunksize=max(1, table.num_rows))
+            writer.write_batch(batch[0] if len(batch) == 1 else pa.RecordBatch.from_pylist([], schema=table.schema))
     fsync_file(path)
 
 

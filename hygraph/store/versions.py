@@ -120,7 +120,7 @@ class VersionWriter:
             self.tables[artifact.name] = TableRef([names[0], self._segment(artifact, rows, dead)], len(base))
         return self.bytes_written - before
 
-    def commit(self, manifest: Manifest, expect_current: int | None = None) -> Version:
+    def commit(self, manifest: Manifest, expect_current: int | None = None) -> Manifest:
         """Publish: the manifest, then `CURRENT`. With `expect_current`, refuse (StoreError) when another
         writer published since that version was read (a full `hygraph index` replacing it)."""
         manifest.version, manifest.created = self.version, time.time()
@@ -133,7 +133,7 @@ class VersionWriter:
             write_atomic(self.store.versions_dir / f"{self.version:06d}.json", manifest.to_json())
             if cur is None or self.version > cur:
                 write_atomic(self.store.root / "CURRENT", f"{self.version}\n".encode())
-        return Version(self.store, manifest)
+        return manifest
 
 
 @dataclass(frozen=True)
@@ -212,12 +212,11 @@ class IndexStore:
             marker = self.versions_dir / f".tmp-{version}-{os.getpid()}"
             marker.mkdir()
         writer = VersionWriter(self, version)
-        published = False
         try:
             yield writer
-            published = (self.versions_dir / f"{version:06d}.json").is_file()
         finally:
-            if not published:
+            # Whatever happened after the manifest landed, the version is published and keeps its segments.
+            if not (self.versions_dir / f"{version:06d}.json").is_file():
                 self._remove_segments_of(version)
             shutil.rmtree(marker, ignore_errors=True)
 

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from hygraph.core.hyperbolic import (
-    edge_adjacency,
     from_storage,
     init_from_text,
     lorentz_lift,
@@ -301,19 +300,18 @@ def hyperbolic_fixture(rng_seed: int = 0) -> tuple[IndexView, BruteSearch, dict[
     text["c1"] = "Alpha was shot in Kappa Valley."
     x = rng.standard_normal((N_CHUNKS, H_DIM))
     points = x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.05, 0.9, size=(N_CHUNKS, 1))
-    # The index stores rows in its own order, not the chunk numbering.
-    row_ids = [ids[i] for i in rng.permutation(N_CHUNKS)]
     point_of = dict(zip(ids, points))
-    row = {cid: i for i, cid in enumerate(row_ids)}
     explicit = [("c0", "c1"), ("c1", "c2"), ("c3", "c5"), ("c0", "c4")]
+    neighbours: dict[str, list[str]] = {cid: [] for cid in ids}
+    for a, b in explicit:
+        neighbours[a].append(b)
+        neighbours[b].append(a)
     view = IndexView(
         version=1, chunk_text=text, chunk_doc={cid: f"d{cid[1:]}" for cid in ids},
         titles={f"d{i}": f"T{i}" for i in range(N_CHUNKS)},
-        hyper_chunk_ids=row_ids, hyper_row=row,
+        hyper_neighbours={cid: tuple(nb) for cid, nb in neighbours.items()},
         hyper_dim=H_DIM, hyper_seed=H_SEED,
     )
-    view.hyper_adj_indptr, view.hyper_adj_indices = edge_adjacency(
-        np.array(sorted(tuple(sorted((row[a], row[b]))) for a, b in explicit)), N_CHUNKS)
     return view, BruteSearch({"chunks": vecs}, points=point_of), point_of
 
 
@@ -420,6 +418,6 @@ def test_hyperbolic_without_directives_is_a_one_level_tree() -> None:
 
 def test_hyperbolic_needs_hyperbolic_embeddings() -> None:
     view, search, _ = hyperbolic_fixture()
-    view.hyper_row = {}
+    view.hyper_neighbours = {}
     with pytest.raises(ValueError, match="hyperbolic embeddings"):
         run_hyperbolic(view, search, DIRECTIVES)

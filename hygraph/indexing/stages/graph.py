@@ -73,6 +73,8 @@ class _Adjacency:
         self.edges: Counter[str] = Counter()  # edge count delta per kind
 
     def _load(self, node: str) -> list[str]:
+        if node in self.dropped:
+            return []
         if node not in self.lists:
             row = self.state.get(GRAPH, node)
             self.lists[node] = list(row.neighbours) if row is not None else []
@@ -103,6 +105,8 @@ class _Adjacency:
         self.edges[_EDGE_KIND[frozenset([self.kind(a), self.kind(b)])]] += 1
 
     def unlink(self, a: str, b: str) -> None:
+        if a in self.dropped or b in self.dropped:
+            return
         self._load(a)
         if b not in self.sets[a]:
             return

@@ -27,7 +27,7 @@ from hygraph.config import HygraphConfig
 from hygraph.core.graph import HybridGraph
 from hygraph.core.hierarchy import Hierarchy, build_hierarchy, layer0_features, summary_key
 from hygraph.core.leiden_context import context_aware_partition
-from hygraph.indexing.stages.hierarchy_layers import Hierarchy, LayerIndex
+from hygraph.indexing.stages.hierarchy_layers import HierarchyEdit, LayerIndex
 from hygraph.indexing.stages.knowledge import Knowledge, entity_relations, per_chunk
 from hygraph.indexing.stages.vectors import VectorDelta
 from hygraph.indexing.state import IndexState
@@ -140,6 +140,14 @@ class HierarchyResult:
         self.keys.append(key)
         self.codes.append(np.asarray(codes, dtype=np.int64))
 
+    def add_layers(self, hier: Hierarchy) -> None:
+        """The LSH layers `core.hierarchy.build_hierarchy` built, with each segment's member codes."""
+        for layer in hier.layers:
+            for node_id, seg, text, key in zip(layer.node_ids, layer.segments, layer.texts, layer.keys):
+                self.add(node_id, layer.number, text, [layer.input_ids[i] for i in seg], [], key, layer.codes[seg])
+            self.hyperplanes[layer.number] = layer.hyperplanes
+            self.embedding_parts.append(layer.embeddings)
+
     @property
     def embeddings(self) -> np.ndarray:
         return np.vstack(self.embedding_parts).astype(np.float32) if self.embedding_parts else \
@@ -206,14 +214,6 @@ class _Segments:
         return out
 
 
-def _collect(result: HierarchyResult, hier: Hierarchy) -> None:
-    for layer in hier.layers:
-        for node_id, seg, text, key in zip(layer.node_ids, layer.segments, layer.texts, layer.keys):
-            result.add(node_id, layer.number, text, [layer.input_ids[i] for i in seg], [], key, layer.codes[seg])
-        result.hyperplanes[layer.number] = layer.hyperplanes
-        result.embedding_parts.append(layer.embeddings)
-
-
 def build(cfg: HygraphConfig, chunk_ids: Sequence[str], chunk_texts: Sequence[str], chunk_vecs: np.ndarray,
           kb: Knowledge, hg: HybridGraph, node_vecs: dict[str, np.ndarray], llm: LLM,
           embed: Callable[[Sequence[str]], np.ndarray], note: Callable[[str], None] = lambda _: None
@@ -227,11 +227,11 @@ def build(cfg: HygraphConfig, chunk_ids: Sequence[str], chunk_texts: Sequence[st
         n_layer0 = len(hg.chunk_ids) + len(hg.entity_ids)
         blocks = {"text": np.vstack([chunk_vecs, node_vecs["entities"]]), "cleora": node_vecs["cleora"][:n_layer0]}
         features = layer0_features(*(blocks[f] for f in h.layer0_features))
-        _collect(result, build_hierarchy(features, [*hg.chunk_ids, *hg.entity_ids], max_layers=h.max_layers, **lsh))
+        result.add_layers(build_hierarchy(features, [*hg.chunk_ids, *hg.entity_ids], max_layers=h.max_layers, **lsh))
     else:
         ids, vecs = _leiden_layer(cfg, chunk_ids, hg, node_vecs, seg, embed, result)
         if len(ids) >= max(2, h.min_layer_size) and h.max_layers > 1:
-            _collect(result, build_hierarchy(vecs, ids, max_layers=h.max_layers - 1, first_layer=2, **lsh))
+            result.add_layers(build_hierarchy(vecs, ids, max_layers=h.max_layers - 1, first_layer=2, **lsh))
     return result
 
 
@@ -336,7 +336,7 @@ def update(state: IndexState, cfg: HygraphConfig, index: LayerIndex, llm: LLM,
         blocks = {"text": text, "cleora": struct}
         return layer0_features(*(blocks[f] for f in h.layer0_features))
 
-    hier = Hierarchy(state, index, h, partitioner, summarize, embed, device)
+    hier = HierarchyEdit(state, index, h, partitioner, summarize, embed, device)
     if partitioner == "lsh":
         hier.update_lsh(features0, [*new_chunks, *new_entities], removed)
     else:

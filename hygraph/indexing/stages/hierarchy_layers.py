@@ -113,7 +113,7 @@ class LayerIndex:
         return max((layer for layer, ids in self.ids.items() if ids), default=0)
 
 
-class Hierarchy:
+class HierarchyEdit:
     """One batch's edits of the summary layers, through the state and the updater's LayerIndex."""
 
     def __init__(self, state: IndexState, index: LayerIndex, h: HierarchyConfig, partitioner: str,
