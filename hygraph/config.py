@@ -47,6 +47,8 @@ class EmbedderConfig(Section):
     pool_size: int = Field(2, ge=1)
     num_cpus: float = Field(0.8, gt=0)
     num_gpus: float = Field(0.0, ge=0)
+    # A directory of vectors by (model, text): re-indexing the same texts embeds nothing again (benchmarks)
+    cache_dir: Optional[str] = None
 
 
 class LLMConfig(Section):
@@ -258,7 +260,8 @@ class HygraphConfig(Section):
         """Hash of the settings that shape an index (not serving knobs), stored in manifests."""
         keys = ("embedder", "chunking", "graph", "cleora", "hierarchy", "leiden", "hyperbolic")
         shaping = {k: getattr(self, k).model_dump(mode="json") for k in keys}
-        shaping["embedder"].pop("device", None)
+        for knob in ("device", "cache_dir"):
+            shaping["embedder"].pop(knob, None)
         shaping["llm"] = {"backend": self.llm.backend, "model": self.llm.model}
         blob = json.dumps(shaping, sort_keys=True).encode()
         return hashlib.sha1(blob).hexdigest()[:16]
