@@ -55,12 +55,12 @@ def cmd_index(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_query(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.engine import QueryEngine
+    from hygraph.pipeline import QueryPipeline, QueryRequest
 
-    if not args.question.strip():
-        raise InputError("question: must not be empty")
+    req = QueryRequest.make(cfg.retrieval, args.question, args.mode, args.k)
     engine = QueryEngine(cfg, args.index_dir)
     try:
-        return engine.query(args.question, mode=args.mode, k=args.k)
+        return QueryPipeline(engine).run(req).to_json()
     finally:
         engine.close()
 
@@ -100,14 +100,16 @@ def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.engine import QueryEngine
     from hygraph.indexing.build import ensure_demo_index
     from hygraph.model import load_questions
+    from hygraph.pipeline import QueryPipeline, QueryRequest
 
     index_dir = Path(args.index_dir)
     ensure_demo_index(cfg, index_dir)
     engine = QueryEngine(cfg, index_dir)
+    pipeline = QueryPipeline(engine)
     try:
         answers = []
         for q in load_questions(DEMO_DIR / "questions.jsonl")[:args.questions]:
-            res = engine.query(q.question, mode=args.mode)
+            res = pipeline.run(QueryRequest.make(cfg.retrieval, q.question, args.mode)).to_json()
             print(f"\nQ: {q.question}\nA: {res['answer']}\n   gold: {q.answers[0]}   "
                   f"passages: {', '.join(p['title'] for p in res['passages'])}", file=sys.stderr)
             answers.append({"question": q.question, "answer": res["answer"], "gold": q.answers[0]})

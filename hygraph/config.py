@@ -231,6 +231,12 @@ class ServeConfig(Section):
     # 15 ms took hybrid from 26 to 37 QPS at concurrency 16 (README, Serving).
     embed_max_batch: int = Field(16, ge=1)
     embed_batch_wait_s: float = Field(0.01, ge=0)
+    # Where a query's steps run (README, Serving): the question is embedded inside the Retriever
+    # replica ("retriever", one handle call per query) or by the Embedder deployment ("deployment":
+    # embedding replicas that scale apart, e.g. on GPUs); the answer role runs in the Retriever for
+    # the in-process extractive backend and in the Generator deployment for a model ("auto").
+    embedding: Literal["retriever", "deployment"] = "retriever"
+    answer: Literal["auto", "retriever", "deployment"] = "auto"
     # The ingress's max_ongoing_requests also caps the batch the embedder can form.
     ingress: DeploymentConfig = DeploymentConfig(max_ongoing_requests=64)
     embedder: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=64, max_queued_requests=512)

@@ -7,10 +7,9 @@ every mode behaves the same from the command line and over HTTP.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -18,7 +17,7 @@ from hygraph.backends import vectorstore
 from hygraph.backends.embedder import Embedder, make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import LLM
-from hygraph.config import MODES, HygraphConfig, RetrievalConfig
+from hygraph.config import HygraphConfig
 from hygraph.core.hyperbolic import from_storage
 from hygraph.core.prompt import NumberedItem, PromptItem, assemble_prompt
 from hygraph.core.retrieval.collapsed import collapsed
@@ -149,46 +148,3 @@ class QueryEngine:
             question, [PromptItem(it.kind, it.text, it.score, it.sources[0] if it.sources else it.id)
                        for it in ctx.items()], max_tokens=self.cfg.retrieval.max_context_tokens)
         return list(prompt.items)
-
-    def generate(self, question: str, ctx: Context) -> dict[str, Any]:
-        """The `answer` role over the numbered context; it cites item numbers."""
-        ans = self.llm.answer(question, self.prompt_items(question, ctx))
-        return {"answer": ans.text, "citations": list(ans.citations)}
-
-    def query(self, question: str, mode: str | None = None, k: int | None = None) -> dict[str, Any]:
-        mode, k = check_request(self.cfg.retrieval, question, mode, k)
-        loaded = self.loaded
-        t0 = time.perf_counter()
-        qv = self.embedder.encode([question])[0]
-        t1 = time.perf_counter()
-        ctx = self.retrieve(question, qv, mode, k, loaded)
-        t2 = time.perf_counter()
-        gen = self.generate(question, ctx)
-        t3 = time.perf_counter()
-        return result(gen["answer"], gen["citations"], mode, ctx, loaded.view.version,
-                      {"embed": t1 - t0, "retrieve": t2 - t1, "generate": t3 - t2, "total": t3 - t0})
-
-
-def check_request(r: RetrievalConfig, question: str, mode: str | None, k: int | None) -> tuple[str, int]:
-    """The mode and k of a request with the configured defaults; InputError naming the bad field."""
-    if not question or not question.strip():
-        raise InputError("question: must not be empty")
-    mode = mode or r.mode
-    if mode not in MODES:
-        raise InputError(f"mode: unknown mode '{mode}' (one of {', '.join(MODES)})")
-    return mode, k or r.top_k
-
-
-def passages_json(ctx: Context) -> list[dict[str, Any]]:
-    return [{"id": p.id, "title": p.title, "score": round(p.score, 6)} for p in ctx.passages]
-
-
-def result(answer: str, citations: list[int], mode: str, ctx: Context, version: int,
-           seconds: dict[str, float]) -> dict[str, Any]:
-    """The CONTRACT.md query result, shared by `hygraph query` and `POST /v1/query`."""
-    return {
-        "answer": answer, "mode": mode, "passages": passages_json(ctx),
-        "context": {**ctx.to_dict(), "citations": citations},
-        "index_version": version,
-        "timings_ms": {stage: round(s * 1e3, 2) for stage, s in seconds.items()},
-    }

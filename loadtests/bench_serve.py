@@ -1,14 +1,21 @@
-"""Retrieval-only serving benchmark (issue: Serving): the real application vs a trivial echo.
+"""Serving benchmark: the hygraph application beside a one-line Ray Serve echo, over HTTP, in one run.
 
-Deploys the hygraph application (extractive generator) and a one-line Ray Serve echo
-endpoint side by side on one local Ray, then measures over HTTP:
-- concurrency 1: p50/p95/p99 latency of `--requests` sequential requests per target;
-- concurrency 16: sustained QPS for `--seconds`, with the error count.
-The echo is the floor this machine allows (proxy + one replica hop); the report gives
-each mode's ratio to it. Run:
+Two parts, each on a fresh local Ray per configuration:
+1. **Topologies** (`--variants`): the ways a query can cross Serve, side by side with the echo
+   of the same Ray: `split` (Ingress -> Embedder -> Retriever -> Generator, three handle calls),
+   `retriever` (the default: the Retriever embeds with @serve.batch and answers extractively,
+   one handle call), `grpc` (`retriever` over Serve's gRPC inter-deployment transport),
+   `haproxy` (`retriever` behind Serve's HAProxy ingress instead of its Python proxy).
+   Echo, dense and hybrid at concurrency 1 and 16.
+2. **Matrix** (the default topology): echo, dense and every mode at concurrency 1, 4, 16 and 32
+   with QPS, p50, p99 and the CPU time of the whole service per query.
+Both for each vector store in `--stores` (`faiss`, `milvus`: the configured Milvus engine).
 
-    python loadtests/bench_serve.py --index-dir /tmp/i2w \
-        --questions ../shared/data/dev/2wiki_dev.questions.jsonl --out runs/bench_serve
+Load comes from `wrk` (a C client, so the 2-core machine spends its cycles on the service)
+when it is installed, else from an httpx client in this process; the report says which.
+
+    python loadtests/bench_serve.py --index-dir /tmp/i2w \\
+        --questions ../shared/data/dev/2wiki_dev.questions.jsonl --out docs/bench/serve_2wiki
 """
 
 from __future__ import annotations
@@ -17,22 +24,36 @@ import argparse
 import asyncio
 import json
 import os
+import platform
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python loadtests/x.py` finds the package
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # local Ray on loopback, before ray loads
 
 import httpx  # noqa: E402
+import psutil  # noqa: E402
 from ray import serve  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 
+from hygraph.config import MODES, HygraphConfig, load_config  # noqa: E402
 from hygraph.runtime import init_ray  # noqa: E402
-from hygraph.config import load_config  # noqa: E402
 from hygraph.model import load_questions  # noqa: E402
 from hygraph.serve.app import APP_NAME, build_app  # noqa: E402
-from loadtests.common import pcts  # noqa: E402
+from loadtests.common import free_port, pcts  # noqa: E402
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "split": {"serve": {"embedding": "deployment", "answer": "deployment"}},
+    "retriever": {},
+    "grpc": {"env": {"RAY_SERVE_USE_GRPC_BY_DEFAULT": "1"}},
+    "haproxy": {"env": {"RAY_SERVE_ENABLE_HA_PROXY": "1"}},
+}
 
 
 @serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 0})
@@ -41,76 +62,209 @@ class Echo:
         return await request.json()
 
 
-async def _one(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> tuple[float, bool]:
-    t = time.perf_counter()
-    try:
-        resp = await http.post(path, json=body)
-        ok = resp.status_code == 200
-    except httpx.HTTPError:
-        ok = False
-    return (time.perf_counter() - t) * 1e3, ok
+def _service_cpu_s() -> float:
+    """CPU seconds of this process and everything it started (Ray, Serve, the vector store)."""
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
 
 
-async def sequential(http: httpx.AsyncClient, path: str, bodies: list[dict[str, Any]]) -> dict[str, Any]:
-    ms, errors = [], 0
-    for body in bodies:
-        t, ok = await _one(http, path, body)
-        ms.append(t)
-        errors += not ok
-    return {**pcts(ms), "requests": len(bodies), "errors": errors}
+class Wrk:
+    """Fixed-concurrency load from `wrk`, POSTing the bodies in turn (a Lua script)."""
+
+    def __init__(self, base: str, tmp: Path) -> None:
+        self.base, self.tmp = base, tmp
+
+    def run(self, path: str, bodies: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
+        script = self.tmp / "bodies.lua"
+        rows = ",\n".join(f"[==[{b}]==]" for b in bodies)
+        script.write_text(f"bodies = {{\n{rows}\n}}\ni = 0\nrequest = function()\n  i = i + 1\n"
+                          f"  return wrk.format('POST', '{path}', {{['Content-Type'] = 'application/json'}}, "
+                          f"bodies[(i % #bodies) + 1])\nend\n")
+        threads = min(concurrency, 2)
+        cpu0 = _service_cpu_s()
+        out = subprocess.run(["wrk", f"-t{threads}", f"-c{concurrency}", f"-d{seconds:g}s", "--latency",
+                              "--timeout", "60s", "-s", str(script), self.base], capture_output=True, text=True,
+                             check=True).stdout
+        cpu = _service_cpu_s() - cpu0
+        return _parse_wrk(out, cpu)
 
 
-async def sustained(http: httpx.AsyncClient, path: str, bodies: list[dict[str, Any]], concurrency: int,
-                    seconds: float) -> dict[str, Any]:
-    stop = time.perf_counter() + seconds
-    ms: list[float] = []
-    errors = 0
-
-    async def worker(offset: int) -> None:
-        nonlocal errors
-        i = offset
-        while time.perf_counter() < stop:
-            t, ok = await _one(http, path, bodies[i % len(bodies)])
-            ms.append(t)
-            errors += not ok
-            i += concurrency
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker(i) for i in range(concurrency)))
-    wall = time.perf_counter() - t0
-    return {"qps": round(len(ms) / wall, 1), **pcts(ms), "requests": len(ms), "errors": errors,
-            "concurrency": concurrency, "seconds": round(wall, 1)}
+def _ms(value: str, unit: str) -> float:
+    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
 
 
-async def measure(url: str, questions: list[str], modes: list[str], n: int, seconds: float,
-                  concurrency: int) -> dict[str, Any]:
-    limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-        targets = {"echo": ("/echo", [{"question": q} for q in questions])}
-        targets.update({m: ("/v1/query", [{"question": q, "mode": m} for q in questions]) for m in modes})
-        out: dict[str, Any] = {}
-        for name, (path, bodies) in targets.items():
-            await sequential(http, path, bodies[:10])  # warm-up: connections, caches, lazy loads
-            c1 = await sequential(http, path, bodies[10:10 + n])
-            cn = await sustained(http, path, bodies, concurrency, seconds)
-            out[name] = {"c1": c1, f"c{concurrency}": cn}
-            print(f"[bench] {name:>10}: c1 p50 {c1['p50_ms']} ms p99 {c1['p99_ms']} ms | "
-                  f"c{concurrency} {cn['qps']} QPS, errors {cn['errors']}", file=sys.stderr, flush=True)
+def _parse_wrk(out: str, cpu_s: float) -> dict[str, Any]:
+    lat = {int(p): _ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M)}
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    seconds = float(re.search(r"requests in ([\d.]+)s", out).group(1))
+    non2xx = int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", out)) else 0
+    sock = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
+    return {"qps": round(requests / seconds, 1), "p50_ms": round(lat[50], 2), "p99_ms": round(lat[99], 2),
+            "requests": requests, "errors": non2xx + sock,
+            "cpu_ms_per_query": round(1e3 * cpu_s / max(requests, 1), 2)}
+
+
+class HttpxLoad:
+    """The same measurement from this process, when wrk is not installed (it costs the service CPU)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def run(self, path: str, bodies: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
+        return asyncio.run(self._run(path, bodies, concurrency, seconds))
+
+    async def _run(self, path: str, bodies: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        ms: list[float] = []
+        errors = 0
+        async with httpx.AsyncClient(base_url=self.base, timeout=60, limits=limits) as http:
+            stop = time.perf_counter() + seconds
+
+            async def worker(offset: int) -> None:
+                nonlocal errors
+                i = offset
+                while time.perf_counter() < stop:
+                    t = time.perf_counter()
+                    try:
+                        ok = (await http.post(path, content=bodies[i % len(bodies)],
+                                              headers={"Content-Type": "application/json"})).status_code == 200
+                    except httpx.HTTPError:
+                        ok = False
+                    ms.append((time.perf_counter() - t) * 1e3)
+                    errors += not ok
+                    i += concurrency
+
+            cpu0, t0 = _service_cpu_s(), time.perf_counter()
+            await asyncio.gather(*(worker(i) for i in range(concurrency)))
+            wall, cpu = time.perf_counter() - t0, _service_cpu_s() - cpu0
+        p = pcts(ms)
+        return {"qps": round(len(ms) / wall, 1), "p50_ms": p["p50_ms"], "p99_ms": p["p99_ms"], "requests": len(ms),
+                "errors": errors, "cpu_ms_per_query": round(1e3 * cpu / max(len(ms), 1), 2)}
+
+
+def _bodies(questions: list[str], mode: str | None) -> list[str]:
+    return [json.dumps({"question": q, **({"mode": mode} if mode else {})}) for q in questions]
+
+
+def _configure(base: HygraphConfig, store: str, variant: str) -> HygraphConfig:
+    tree = base.model_dump(mode="json")
+    tree["vector_store"]["backend"] = "faiss" if store == "faiss" else "milvus"
+    for section, values in VARIANTS[variant].items():
+        if section != "env":
+            tree[section] = {**tree[section], **values}
+    return HygraphConfig.model_validate(tree)
+
+
+def _deployed(cfg: HygraphConfig, variant: str, index_dir: str, port: int) -> None:
+    env = VARIANTS[variant].get("env", {})
+    os.environ.update(env)
+    init_ray(cfg.ray)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(cfg, index_dir), name=APP_NAME, route_prefix="/")
+    serve.run(Echo.bind(), name="echo", route_prefix="/echo")
+
+
+def _teardown(variant: str) -> None:
+    import ray
+
+    serve.shutdown()
+    ray.shutdown()
+    for key in VARIANTS[variant].get("env", {}):
+        os.environ.pop(key, None)
+
+
+def _measure(load: Any, targets: dict[str, tuple[str, list[str]]], levels: list[int], seconds: float,
+             tag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, (path, bodies) in targets.items():
+        load.run(path, bodies[:20], 1, 2)  # warm-up: connections, caches, lazy loads
+        out[name] = {}
+        for c in levels:
+            r = load.run(path, bodies, c, seconds)
+            out[name][f"c{c}"] = r
+            print(f"[bench] {tag} {name:>10} c{c:<2}: {r['qps']:7.1f} QPS  p50 {r['p50_ms']:7.1f} ms  "
+                  f"p99 {r['p99_ms']:7.1f} ms  cpu/q {r['cpu_ms_per_query']:6.1f} ms  errors {r['errors']}",
+                  file=sys.stderr, flush=True)
     return out
 
 
-def markdown(res: dict[str, Any], concurrency: int) -> str:
-    echo = res["targets"]["echo"]
-    lines = [f"# Serving benchmark ({res['index_dir']}, backend {res['vector_store']})", "",
-             f"| target | c1 p50 ms | c1 p95 ms | c1 p99 ms | p50 / echo | c{concurrency} QPS | "
-             f"c{concurrency} p50 ms | QPS / echo | errors |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for name, r in res["targets"].items():
-        c1, cn = r["c1"], r[f"c{concurrency}"]
-        lines.append(f"| {name} | {c1['p50_ms']} | {c1['p95_ms']} | {c1['p99_ms']} | "
-                     f"{c1['p50_ms'] / echo['c1']['p50_ms']:.1f}x | {cn['qps']} | {cn['p50_ms']} | "
-                     f"{cn['qps'] / echo[f'c{concurrency}']['qps']:.2f} | {c1['errors'] + cn['errors']} |")
-    return "\n".join(lines) + "\n"
+def _loader(base: str, tmp: Path) -> Any:
+    return Wrk(base, tmp) if shutil.which("wrk") else HttpxLoad(base)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    base_cfg = load_config(args.config)
+    questions = [q.question for q in load_questions(args.questions)]
+    report: dict[str, Any] = {"index_dir": args.index_dir, "machine": f"{platform.processor() or platform.machine()}, "
+                              f"{os.cpu_count()} CPUs", "load": "wrk" if shutil.which("wrk") else "httpx (in process)",
+                              "date": time.strftime("%Y-%m-%d %H:%M"), "topologies": {}, "matrix": {}}
+    modes = [m for m in MODES if m != "dense"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for store in args.stores.split(","):
+            for variant in args.variants.split(","):
+                port = free_port()
+                cfg = _configure(base_cfg, store, variant)
+                try:
+                    _deployed(cfg, variant, args.index_dir, port)
+                except Exception as exc:  # noqa: BLE001 - a variant this Ray cannot run is reported, not hidden
+                    report["topologies"].setdefault(store, {})[variant] = {
+                        "error": f"{type(exc).__name__}: {exc}"[:300]}
+                    print(f"[bench] {store}/{variant}: could not deploy: {exc}", file=sys.stderr)
+                    _teardown(variant)
+                    continue
+                try:
+                    load = _loader(f"http://127.0.0.1:{port}", Path(tmp))
+                    targets = {"echo": ("/echo", _bodies(questions, None)),
+                               "dense": ("/v1/query", _bodies(questions, "dense")),
+                               "hybrid": ("/v1/query", _bodies(questions, "hybrid"))}
+                    report["topologies"].setdefault(store, {})[variant] = _measure(
+                        load, targets, [1, 16], args.seconds, f"{store}/{variant}")
+                    if variant == args.matrix_variant:
+                        targets.update({m: ("/v1/query", _bodies(questions, m)) for m in modes if m != "hybrid"})
+                        report["matrix"][store] = _measure(load, targets, [int(c) for c in args.levels.split(",")],
+                                                           args.seconds, f"{store}/matrix")
+                finally:
+                    _teardown(variant)
+    return report
+
+
+def markdown(res: dict[str, Any]) -> str:
+    lines = [f"# Serving benchmark: {res['index_dir']}", "",
+             f"{res['machine']}; load from {res['load']}; {res['date']}.", ""]
+    for store, variants in res["topologies"].items():
+        lines += [f"## Topologies, {store}", "",
+                  "| topology | target | c1 p50 ms | c1 p99 ms | c16 QPS | c16 p99 ms | QPS / echo | cpu ms/q "
+                  "| errors |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for variant, targets in variants.items():
+            if "error" in targets:
+                lines.append(f"| {variant} | – | could not run: {targets['error']} | | | | | | |")
+                continue
+            echo = targets["echo"]["c16"]["qps"]
+            for name, r in targets.items():
+                c1, c16 = r["c1"], r["c16"]
+                lines.append(f"| {variant} | {name} | {c1['p50_ms']} | {c1['p99_ms']} | {c16['qps']} | "
+                             f"{c16['p99_ms']} | "
+                             f"{c16['qps'] / echo:.2f} | {c16['cpu_ms_per_query']} | {c1['errors'] + c16['errors']} |")
+        lines.append("")
+    for store, targets in res["matrix"].items():
+        levels = list(next(iter(targets.values())))
+        lines += [f"## Every mode, {store}", "", "| target | " + " | ".join(
+            f"{c} QPS | {c} p50 | {c} p99 | {c} cpu/q" for c in levels) + " | errors |",
+                  "|---|" + "---|" * (4 * len(levels) + 1)]
+        for name, r in targets.items():
+            cells = " | ".join(f"{r[c]['qps']} | {r[c]['p50_ms']} | {r[c]['p99_ms']} | {r[c]['cpu_ms_per_query']}"
+                               for c in levels)
+            lines.append(f"| {name} | {cells} | {sum(r[c]['errors'] for c in levels)} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -118,34 +272,19 @@ def main() -> None:
     ap.add_argument("--index-dir", required=True)
     ap.add_argument("--questions", required=True)
     ap.add_argument("--config", default=None)
-    ap.add_argument("--modes", default="dense,hybrid")
-    ap.add_argument("--requests", type=int, default=100, help="sequential requests per target at concurrency 1")
-    ap.add_argument("--seconds", type=float, default=20.0, help="duration of the concurrent phase per target")
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--port", type=int, default=8123)
+    ap.add_argument("--stores", default="faiss,milvus")
+    ap.add_argument("--variants", default="split,retriever,grpc,haproxy")
+    ap.add_argument("--matrix-variant", default="retriever")
+    ap.add_argument("--levels", default="1,4,16,32")
+    ap.add_argument("--seconds", type=float, default=15.0, help="duration of each measurement")
     ap.add_argument("--out", default="runs/bench_serve", help="path prefix of the .json and .md reports")
     args = ap.parse_args()
-
-    cfg = load_config(args.config)
-    questions = [q.question for q in load_questions(args.questions)]
-    init_ray(cfg.ray)
-    serve.start(http_options={"host": "127.0.0.1", "port": args.port})
-    serve.run(build_app(cfg, args.index_dir), name=APP_NAME, route_prefix="/")
-    serve.run(Echo.bind(), name="echo", route_prefix="/echo")
-    try:
-        targets = asyncio.run(measure(f"http://127.0.0.1:{args.port}", questions, args.modes.split(","),
-                                      args.requests, args.seconds, args.concurrency))
-    finally:
-        serve.shutdown()
-    res = {"index_dir": args.index_dir, "vector_store": cfg.vector_store.backend, "targets": targets,
-           "machine": f"{os.cpu_count()} CPUs"}
+    res = run(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2))
-    out.with_suffix(".md").write_text(markdown(res, args.concurrency))
-    print(markdown(res, args.concurrency), file=sys.stderr)
-    print(json.dumps({t: {"c1_p50_ms": v["c1"]["p50_ms"], "qps": v[f"c{args.concurrency}"]["qps"]}
-                      for t, v in targets.items()}))
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1))
+    out.with_suffix(".md").write_text(markdown(res))
+    print(markdown(res), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import numpy as np
 
 from hygraph.config import MODES, HygraphConfig
 from hygraph.engine import QueryEngine
+from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.errors import InputError
 from hygraph.eval.metrics import EvalRow, ModeStats
 from hygraph.eval.report import write_report
@@ -29,6 +30,7 @@ def run_eval(cfg: HygraphConfig, index_dir: str | Path, questions_path: str | Pa
             raise InputError(f"--modes: unknown mode '{m}' (one of {', '.join(MODES)})")
     questions = load_questions(questions_path)[:limit]
     engine = QueryEngine(cfg, index_dir)
+    pipeline = QueryPipeline(engine)
     progress = Stages("eval")
     result: dict[str, Any] = {"questions": len(questions), "k": k, "modes": {},
                               "dataset": Path(questions_path).name.split(".")[0],
@@ -39,7 +41,7 @@ def run_eval(cfg: HygraphConfig, index_dir: str | Path, questions_path: str | Pa
             retrieval_ms: list[float] = []
             with progress.stage(f"mode {mode}"), progress.bar(len(questions), mode) as bar:
                 for q in questions:
-                    res = engine.query(q.question, mode=mode, k=k)
+                    res = pipeline.run(QueryRequest.make(cfg.retrieval, q.question, mode, k)).to_json()
                     stats.add(EvalRow(question_id=q.id, mode=mode, ranked_ids=[p["id"] for p in res["passages"]],
                                       answer=res["answer"], golds=q.answers, supporting_ids=q.supporting_ids,
                                       latency_ms=res["timings_ms"]["total"]))

@@ -16,7 +16,7 @@ from ray.serve import Application
 from hygraph.runtime import OFFLINE_ENV
 from hygraph.config import DeploymentConfig, HygraphConfig, load_config
 from hygraph.errors import ConfigError
-from hygraph.serve.deployments import Embedder, Generator, Retriever
+from hygraph.serve.deployments import Embedder, Generator, Retriever, answers_here
 from hygraph.serve.http import api_keys
 from hygraph.serve.ingress import Ingress
 
@@ -38,8 +38,14 @@ def deployment_options(d: DeploymentConfig) -> dict[str, Any]:
 
 
 def _sections(cfg: HygraphConfig) -> dict[str, DeploymentConfig]:
+    """The deployments this config runs: an Embedder and a Generator only where a step is placed there."""
     s = cfg.serve
-    return {"Ingress": s.ingress, "Embedder": s.embedder, "Retriever": s.retriever, "Generator": s.generator}
+    out = {"Ingress": s.ingress, "Retriever": s.retriever}
+    if s.embedding == "deployment":
+        out["Embedder"] = s.embedder
+    if not answers_here(cfg):
+        out["Generator"] = s.generator
+    return out
 
 
 def build_app(cfg: HygraphConfig, index_dir: str | Path) -> Application:
@@ -47,10 +53,10 @@ def build_app(cfg: HygraphConfig, index_dir: str | Path) -> Application:
     tree = cfg.model_dump(mode="json")
     index_dir = str(Path(index_dir).resolve())
     opts = {name: deployment_options(d) for name, d in _sections(cfg).items()}
-    embedder = Embedder.options(**opts["Embedder"]).bind(tree)
+    embedder = Embedder.options(**opts["Embedder"]).bind(tree) if "Embedder" in opts else None
+    generator = Generator.options(**opts["Generator"]).bind(tree, index_dir) if "Generator" in opts else None
     retriever = Retriever.options(**opts["Retriever"]).bind(tree, index_dir)
-    generator = Generator.options(**opts["Generator"]).bind(tree, index_dir)
-    return Ingress.options(**opts["Ingress"]).bind(embedder, retriever, generator, tree, index_dir)
+    return Ingress.options(**opts["Ingress"]).bind(retriever, embedder, generator, tree, index_dir)
 
 
 def llm_app(cfg: HygraphConfig) -> Application | None:

@@ -72,6 +72,9 @@ def as_api_error(exc: BaseException) -> ApiError:
     name = type(exc).__name__
     if name == "BackPressureError":  # Serve's queue for a deployment is full
         return ApiError(429, "overloaded", "the service is at capacity; retry shortly", {"Retry-After": "1"})
+    if name in ("TaskCancelledError", "RequestCancelledError", "CancelledError"):
+        # The client went away (Serve cancels its request): nobody reads this answer, nothing failed.
+        return ApiError(499, "cancelled", "the client closed the request")
     if name in ("DeploymentUnavailableError", "ActorDiedError", "ActorUnavailableError"):
         return ApiError(503, "unavailable", "a serving replica is restarting; retry shortly",
                         {"Retry-After": str(RETRY_AFTER_S)})

@@ -62,10 +62,10 @@ class Ingress:
     """Serve builds the app after the constructor (`__serve_build_asgi_app__`), so the app holds this
     replica's gateway rather than a module-level singleton."""
 
-    def __init__(self, embedder: DeploymentHandle, retriever: DeploymentHandle, generator: DeploymentHandle,
-                 config: dict[str, Any], index_dir: str) -> None:
+    def __init__(self, retriever: DeploymentHandle, embedder: DeploymentHandle | None,
+                 generator: DeploymentHandle | None, config: dict[str, Any], index_dir: str) -> None:
         cfg = HygraphConfig.model_validate(config)
-        self.gateway = Gateway(embedder, retriever, generator, cfg, index_dir)
+        self.gateway = Gateway(retriever, embedder, generator, cfg, index_dir)
         self.limits = http_limits(cfg, self.gateway.metrics)
 
     def __serve_build_asgi_app__(self) -> FastAPI:

@@ -17,6 +17,7 @@ from hygraph.cluster.publisher import IndexUpdater
 from hygraph.config import MODES, load_config
 from hygraph.core.hyperbolic import from_storage, init_from_text, poincare_distance
 from hygraph.engine import QueryEngine
+from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.journal import Journal
 from hygraph.store.versions import IndexStore
 from tests.index_tables import chunk_ids, chunks_of, doc_ids, leaves, summaries
@@ -238,7 +239,7 @@ def test_served_inserts_are_retrievable_before_their_summaries_and_deletes_never
         assert all(summaries_pending(manifest, job) for job in jobs)
         assert not new_chunks & leaves(index_dir)
         assert engine.refresh()
-        hit = engine.query(docs[1]["title"], mode="dense")
+        hit = QueryPipeline(engine).run(QueryRequest.make(cfg.retrieval, docs[1]["title"], "dense")).to_json()
         assert hit["passages"][0]["id"] == docs[1]["id"]  # served before its summaries exist
 
         out = updater.summarize_pending()

@@ -41,11 +41,11 @@ class StubGateway:
         self.appended.append((op, payload))
         return SimpleNamespace(job_id="a" * 32)
 
-    async def retrieve(self, question: str, mode: Any, k: Any, min_version: Any = None) -> dict:
+    def request(self, question: str, mode: Any, k: Any, min_version: Any = None) -> Any:
         self.asked.append((question, mode, k, min_version))
-        return {"question": question}
+        return question
 
-    async def answer(self, got: dict) -> dict:
+    async def query(self, req: Any) -> dict:
         return {"answer": "42", "mode": "dense", "passages": [], "context": {"citations": []}, "index_version": 1,
                 "timings_ms": {}, "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
 

@@ -29,9 +29,16 @@ def test_generated_config_passes_serves_schema():
     schema = ServeDeploySchema.model_validate(doc)
     [app] = schema.applications
     deps = {d.name: d for d in app.deployments}
-    assert set(deps) == {"Ingress", "Embedder", "Retriever", "Generator"}
+    # The local profile embeds and answers (extractively) inside the Retriever: two deployments.
+    assert set(deps) == {"Ingress", "Retriever"}
     assert deps["Retriever"].autoscaling_config["max_replicas"] == 4
-    assert "num_replicas" not in doc["applications"][0]["deployments"][2]
+    assert "num_replicas" not in doc["applications"][0]["deployments"][1]
+
+
+def test_embedder_and_generator_deployments_exist_where_their_steps_run():
+    gpu = load_config(ROOT / "configs" / "gpu.yaml", env={"HYGRAPH_API_KEYS": "k"})
+    names = [d["name"] for d in serve_config(gpu, "configs/gpu.yaml", "/data/index")["applications"][0]["deployments"]]
+    assert names == ["Ingress", "Retriever", "Embedder", "Generator"]
 
 
 def test_schema_rejects_a_broken_config():

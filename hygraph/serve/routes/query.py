@@ -49,12 +49,12 @@ def _guarded(gw: Gateway, events: AsyncIterator[bytes], endpoint: str,
 
 @router.post("/v1/query")
 async def query(body: QueryRequest, gw: Gateway = Depends(gateway)) -> Any:
-    got = await gw.retrieve(body.question, body.mode, body.top_k, body.min_index_version)
+    req = gw.request(body.question, body.mode, body.top_k, body.min_index_version)
     if not body.stream:
-        return JSONResponse(await gw.answer(got))
+        return JSONResponse(await gw.query(req))
 
     async def events() -> AsyncIterator[bytes]:
-        async for piece in gw.answer_stream(got):
+        async for piece in gw.query_stream(req):
             yield _sse("done", piece) if isinstance(piece, dict) else _sse("token", {"text": piece})
 
     return StreamingResponse(_guarded(gw, events(), "query", lambda e: _sse("error", error_body(e.code, e.message))),
@@ -77,11 +77,11 @@ async def chat(body: ChatRequest, gw: Gateway = Depends(gateway)) -> Any:
     if not users:
         raise ApiError(422, "invalid_field", "messages: no message with role 'user'")
     opts = body.hygraph
-    got = await gw.retrieve(users[-1].text(), opts.mode if opts else None, opts.top_k if opts else None,
-                            opts.min_index_version if opts else None)
+    req = gw.request(users[-1].text(), opts.mode if opts else None, opts.top_k if opts else None,
+                     opts.min_index_version if opts else None)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if not body.stream:
-        out = await gw.answer(got)
+        out = await gw.query(req)
         return JSONResponse({
             "id": cid, "object": "chat.completion", "created": created, "model": body.model,
             "choices": [{"index": 0, "finish_reason": "stop",
@@ -95,7 +95,7 @@ async def chat(body: ChatRequest, gw: Gateway = Depends(gateway)) -> Any:
 
     async def events() -> AsyncIterator[bytes]:
         yield chunk({"role": "assistant", "content": ""})
-        async for piece in gw.answer_stream(got):
+        async for piece in gw.query_stream(req):
             if isinstance(piece, dict):
                 yield chunk({}, "stop", usage=_usage(piece), hygraph=_extension(piece))
             else:

@@ -1,0 +1,140 @@
+"""The one query pipeline: embed -> retrieve -> generate, with a typed request and result.
+
+`hygraph query`, `hygraph eval` and the Serve Retriever all run `QueryPipeline` over a
+`QueryEngine`; Serve only decides where each step runs (the question is embedded inside the
+Retriever replica with `@serve.batch`, an extractive answer is produced there too, and an LLM
+answer goes to the Generator deployment). The JSON shape of a result is CONTRACT.md's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from hygraph.backends.llm.base import LLM, Answer
+from hygraph.config import MODES, RetrievalConfig
+from hygraph.core.prompt import NumberedItem
+from hygraph.core.retrieval.context import Context
+from hygraph.engine import Loaded, QueryEngine
+from hygraph.errors import InputError
+
+Encode = Callable[[Sequence[str]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    question: str
+    mode: str
+    k: int
+    min_version: int = 0  # read-your-writes: answer from this index version or a newer one
+    answer: bool = True  # False: retrieval only, no `answer` role call
+
+    @classmethod
+    def make(cls, cfg: RetrievalConfig, question: str, mode: str | None = None, k: int | None = None,
+             min_version: int | None = None, answer: bool = True) -> "QueryRequest":
+        """The request with the configured defaults; InputError naming the bad field."""
+        if not question or not question.strip():
+            raise InputError("question: must not be empty")
+        mode = mode or cfg.mode
+        if mode not in MODES:
+            raise InputError(f"mode: unknown mode '{mode[:40]}' (one of {', '.join(MODES)})")
+        return cls(question, mode, k or cfg.top_k, min_version or 0, answer)
+
+
+@dataclass
+class Retrieval:
+    """What retrieval hands to generation: the context, its numbered prompt items, the version read."""
+
+    request: QueryRequest
+    context: Context
+    items: list[NumberedItem]
+    version: int
+    seconds: dict[str, float] = field(default_factory=dict)  # embed, retrieve
+
+
+@dataclass
+class QueryResult:
+    request: QueryRequest
+    answer: str
+    citations: list[int]
+    context: Context
+    version: int
+    seconds: dict[str, float]
+    usage: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        """CONTRACT.md's query result (plus `usage`), shared by `hygraph query` and `POST /v1/query`."""
+        return {
+            "answer": self.answer, "mode": self.request.mode,
+            "passages": [{"id": p.id, "title": p.title, "score": round(p.score, 6)} for p in self.context.passages],
+            "context": {**self.context.to_dict(), "citations": self.citations},
+            "index_version": self.version,
+            "timings_ms": {stage: round(s * 1e3, 2) for stage, s in self.seconds.items()},
+            "usage": self.usage,
+        }
+
+
+def finish(retrieval: Retrieval, answer: Answer, usage: dict[str, int], generate_s: float) -> QueryResult:
+    seconds = {**retrieval.seconds, "generate": generate_s}
+    seconds["total"] = sum(seconds.values())
+    return QueryResult(retrieval.request, answer.text, list(answer.citations), retrieval.context,
+                       retrieval.version, seconds, usage)
+
+
+def no_answer(retrieval: Retrieval) -> QueryResult:
+    """A retrieval-only request's result: the context and passages, no `answer` role call."""
+    return finish(retrieval, Answer(""), {"prompt_tokens": 0, "completion_tokens": 0}, 0.0)
+
+
+def _tokens(llm: LLM) -> tuple[int, int]:
+    role = llm.usage.roles["answer"]
+    return role.prompt_tokens, role.completion_tokens
+
+
+def _used(llm: LLM, before: tuple[int, int]) -> dict[str, int]:
+    """This call's tokens, from the backend's running counters (concurrent calls on one LLM object can
+    blur them; the totals stay exact)."""
+    prompt, completion = _tokens(llm)
+    return {"prompt_tokens": prompt - before[0], "completion_tokens": completion - before[1]}
+
+
+def answer(llm: LLM, retrieval: Retrieval) -> QueryResult:
+    """The `answer` role over the numbered context; it cites item numbers."""
+    t0, before = time.perf_counter(), _tokens(llm)
+    ans = llm.answer(retrieval.request.question, retrieval.items)
+    return finish(retrieval, ans, _used(llm, before), time.perf_counter() - t0)
+
+
+def answer_stream(llm: LLM, retrieval: Retrieval) -> Iterator[str | QueryResult]:
+    """`answer` as the backend produces it: text pieces, then the QueryResult last."""
+    t0, before = time.perf_counter(), _tokens(llm)
+    for piece in llm.answer_stream(retrieval.request.question, retrieval.items):
+        if isinstance(piece, Answer):
+            yield finish(retrieval, piece, _used(llm, before), time.perf_counter() - t0)
+        else:
+            yield piece
+
+
+class QueryPipeline:
+    """embed -> retrieve -> generate over one QueryEngine, in this process."""
+
+    def __init__(self, engine: QueryEngine, encode: Encode | None = None) -> None:
+        self.engine = engine
+        self.encode = encode or engine.embedder.encode
+
+    def retrieve(self, req: QueryRequest, query_vec: np.ndarray | None = None) -> Retrieval:
+        """Steps 1-2. `query_vec` when the caller embedded the question already (a batch)."""
+        loaded: Loaded = self.engine.at_least(req.min_version)
+        t0 = time.perf_counter()
+        qv = self.encode([req.question])[0] if query_vec is None else query_vec
+        t1 = time.perf_counter()
+        ctx = self.engine.retrieve(req.question, qv, req.mode, req.k, loaded)
+        items = self.engine.prompt_items(req.question, ctx)
+        return Retrieval(req, ctx, items, loaded.view.version, {"embed": t1 - t0, "retrieve": time.perf_counter() - t1})
+
+    def run(self, req: QueryRequest) -> QueryResult:
+        retrieval = self.retrieve(req)
+        return answer(self.engine.llm, retrieval) if req.answer else no_answer(retrieval)
