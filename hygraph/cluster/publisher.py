@@ -136,7 +136,8 @@ class IndexUpdater:
         old, self.vectors = self.vectors, vectorstore.connect(self.cfg.vector_store, self.index_dir)
         old.close()
 
-    def _live(self) -> LiveIndex:
+    def load(self) -> LiveIndex:
+        """The live index: loaded on start, after a failed batch, or when another writer replaced the version."""
         current = self.store.current_version()
         if self.live is None or self.live.version.version != current:
             live = LiveIndex.load(self.store, self.cfg, current)
@@ -248,7 +249,7 @@ class IndexUpdater:
         if pending is None:
             return None
         try:
-            live = self._live()
+            live = self.load()
             applied = self.applier.summarize_pending(live)
             if applied is None:
                 return None
@@ -270,7 +271,7 @@ class IndexUpdater:
         return out
 
     def _apply(self, jobs: list[Job], defer_summaries: bool = False) -> dict[str, Any]:
-        live = self._live()
+        live = self.load()
         batch = fold_jobs(jobs, PresentDocuments(IndexState(live.version)))
         points = _Points(self, live)
         applied = self.applier.apply(live, batch, points.points, points.everything, defer_summaries)
@@ -356,7 +357,7 @@ class IndexUpdater:
         merged into one), as a version with the same content. None when nothing is due."""
         u = self.cfg.updates
         try:
-            live = self._live()
+            live = self.load()
             version = live.version
             plan = {}
             for name, ref in version.manifest.tables.items():
@@ -404,7 +405,7 @@ class IndexUpdater:
         version's hyperbolic collection. Returns each step's seconds (the step alone, not the upsert)."""
         if not self.learner.pending:
             return []
-        live = self._live()
+        live = self.load()
         if live.version.manifest.hyperbolic is None:
             self.learner.pending.clear()
             return []
@@ -440,7 +441,7 @@ class IndexUpdater:
         if not (self._recal_requested or self.learner.recalibration_due):
             return None
         self._recal_requested = False
-        live = self._live()
+        live = self.load()
         if live.version.manifest.hyperbolic is None:
             return None
         job = self.learner.recalibration(*_explicit_graph(live))
@@ -456,7 +457,7 @@ class IndexUpdater:
             log.exception("hyperbolic recalibration failed")
 
     def _publish_recalibration(self, job: Recalibration, points: np.ndarray, seconds: float) -> dict[str, Any]:
-        live = self._live()
+        live = self.load()
         t0 = time.perf_counter()
         try:
             ids, current = _Points(self, live).everything()
