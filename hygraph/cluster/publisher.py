@@ -342,12 +342,8 @@ class IndexUpdater:
         """Old versions past `keep_versions` and the grace period, the segments only they named, then the
         collections only they named (a hyperbolic collection a recalibration replaced, a full rebuild's
         predecessor)."""
-        named = {v: self.store.manifest(v).collections for v in self.store.versions()}
-        removed = set(self.store.gc(self.cfg.updates.keep_versions, self.cfg.updates.gc_grace_s).versions)
-        in_use = {name for v, cols in named.items() if v not in removed for name in cols.values()}
-        for v in removed:
-            for name in set(named[v].values()) - in_use:
-                self.vectors.drop(name)
+        for name in self.store.gc(self.cfg.updates.keep_versions, self.cfg.updates.gc_grace_s).collections:
+            self.vectors.drop(name)
 
     # ------------------------------------------------------------ compaction
 

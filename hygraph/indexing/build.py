@@ -89,6 +89,12 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
                 w.commit(manifest)
                 version = w.version
         writer = None
+        # The versions before a rebuild go once their grace ends, with their segments and collections.
+        try:
+            for name in store.gc(cfg.updates.keep_versions, cfg.updates.gc_grace_s).collections:
+                vs.drop(name)
+        except Exception as exc:  # noqa: BLE001 - published already; the next build or update collects
+            stages.note(f"garbage collection of old versions failed ({type(exc).__name__}); retried later")
     finally:
         if writer is not None:
             writer.drop_all()

@@ -141,6 +141,7 @@ class GcResult:
     versions: list[int]
     segment_files: int
     bytes: int
+    collections: set[str]  # vector collections only the removed versions named: the caller drops them
 
 
 class IndexStore:
@@ -246,15 +247,19 @@ class IndexStore:
             self._clean_stale_markers()
             current = self.current_version()
             now = time.time()
+            named: set[str] = set()
             for v in self.versions()[:-keep] if keep > 0 else self.versions():
                 path = self.versions_dir / f"{v:06d}.json"
                 if v == current or now - path.stat().st_mtime < grace_s:
                     continue
+                named.update(self.manifest(v).collections.values())
                 path.unlink()
                 removed.append(v)
             referenced: set[tuple[str, str]] = set()
             for v in self.versions():
-                for name, ref in self.manifest(v).tables.items():
+                manifest = self.manifest(v)
+                named.difference_update(manifest.collections.values())
+                for name, ref in manifest.tables.items():
                     referenced.update((name, s) for s in ref.segments)
             writing = {int(m.group(1)) for p in self.versions_dir.iterdir() if (m := _TMP.match(p.name))}
             for directory in self.segments_dir.iterdir() if self.segments_dir.is_dir() else ():
@@ -269,7 +274,7 @@ class IndexStore:
                     n_files += 1
                     f.unlink()
             fsync_dir(self.versions_dir)
-        return GcResult(removed, n_files, n_bytes)
+        return GcResult(removed, n_files, n_bytes, named)
 
     def segment_bytes(self, artifact: str, segment: str) -> int:
         return sum(f.stat().st_size for f in segment_files(self.segment_dir(artifact), segment) if f.is_file())
