@@ -167,7 +167,8 @@ class Segment:
             self.dead = _Strings(_open_ipc(dead_path).column(0)) if dead_path.is_file() else None
         except (OSError, pa.ArrowInvalid) as exc:
             raise StoreError(f"segment {artifact.name}/{name} is unreadable: {exc}") from None
-        self.hashes, self.targets = index[0], index[1]
+        # Plain ndarray views of the mapping: numpy's memmap subclass adds a Python call to every index.
+        self.hashes, self.targets = index[0].view(np.ndarray), index[1].view(np.ndarray)
         self.n_dead = len(self.dead.offsets) - 1 if self.dead is not None else 0
         self._columns: dict[str, Any] = {}
         self.ids = self.column("id")
@@ -184,7 +185,7 @@ class Segment:
 
     def find(self, key: str, h: int) -> int | None:
         """The row holding `key`, DELETED when this segment tombstones it, None when it says nothing."""
-        i = int(np.searchsorted(self.hashes, h))
+        i = int(self.hashes.searchsorted(h))
         raw = None
         while i < len(self.hashes) and self.hashes[i] == h:
             target = int(self.targets[i])

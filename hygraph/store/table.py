@@ -17,6 +17,8 @@ import pyarrow as pa
 from hygraph.store.artifacts import Artifact, RowT
 from hygraph.store.segment import DELETED, Segment, key_hash
 
+RECENT = 4096  # key locations a table keeps (a few hundred bytes each)
+
 
 class Table(Generic[RowT]):
     def __init__(self, artifact: Artifact[RowT], directory: Path, names: Sequence[str], rows: int) -> None:
@@ -25,17 +27,26 @@ class Table(Generic[RowT]):
         self.segments = [Segment(artifact, directory, n) for n in names]
         self._newest_first = self.segments[::-1]
         self._rows = rows
+        self._recent: dict[str, tuple[Segment, int] | None] = {}
 
     def __len__(self) -> int:
         return self._rows
 
     def locate(self, key: str) -> tuple[Segment, int] | None:
+        # A request reads several columns of the same rows: the last few thousand locations are kept.
+        if key in self._recent:
+            return self._recent[key]
+        found = None
         h = key_hash(key)
         for seg in self._newest_first:
             row = seg.find(key, h)
             if row is not None:
-                return None if row == DELETED else (seg, row)
-        return None
+                found = None if row == DELETED else (seg, row)
+                break
+        if len(self._recent) >= RECENT:
+            self._recent.clear()
+        self._recent[key] = found
+        return found
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.locate(key) is not None

@@ -70,10 +70,31 @@ class RowMap(Mapping[str, V], Generic[V]):
         return self.table.ids()
 
 
+class Parents:
+    """Which summaries list a node, read through the parents artifact; the answers are kept (they never change
+    within a version), up to a bound."""
+
+    LIMIT = 200_000
+
+    def __init__(self, table: Table[Any]) -> None:
+        self.table = table
+        self.known: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self, node: str) -> tuple[str, ...]:
+        got = self.known.get(node)
+        if got is None:
+            found = self.table.locate(node)
+            got = found[0].column("summaries")[found[1]] if found is not None else ()
+            if len(self.known) >= self.LIMIT:
+                self.known.clear()
+            self.known[node] = got
+        return got
+
+
 class Leaves:
     """The layer-0 leaves of one summary: sorted(children's leaves ∪ its extra leaves)."""
 
-    def __init__(self, summaries: Table[Any], parents: Table[Any], sid: str, layer: int) -> None:
+    def __init__(self, summaries: Table[Any], parents: Parents, sid: str, layer: int) -> None:
         self.summaries, self.parents, self.sid, self.layer = summaries, parents, sid, layer
 
     def __iter__(self) -> Iterator[str]:
@@ -97,19 +118,15 @@ class Leaves:
         frontier = {node}
         for layer in range(1, self.layer + 1):
             prefix = f"L{layer}:"
-            frontier = {p for n in frontier for p in self._parents(n) if p.startswith(prefix)}
+            frontier = {p for n in frontier for p in self.parents(n) if p.startswith(prefix)}
             if not frontier:
                 return False
         return self.sid in frontier
 
-    def _parents(self, node: str) -> tuple[str, ...]:
-        found = self.parents.locate(node)
-        return found[0].column("summaries")[found[1]] if found is not None else ()
-
 
 class LeavesMap(Mapping[str, Leaves]):
     def __init__(self, summaries: Table[Any], parents: Table[Any]) -> None:
-        self.summaries, self.parents = summaries, parents
+        self.summaries, self.parents = summaries, Parents(parents)
 
     def __getitem__(self, sid: str) -> Leaves:
         return Leaves(self.summaries, self.parents, sid, self.summaries.value(sid, "layer"))
