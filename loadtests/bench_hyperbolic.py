@@ -70,7 +70,7 @@ def in_process(index_dir: Path, questions: list[str]) -> dict[str, Any]:
             if (i + 1) % 20 == 0:
                 print(f"[bench] {i + 1}/{len(questions)} steps, median {np.median(step_s) * 1e3:.1f} ms",
                       file=sys.stderr, flush=True)
-        n_chunks = len(updater.state.cols["id"])
+        n_chunks = updater.store.manifest().counts["chunks"]
         updater.request_recalibration()
         t0 = time.perf_counter()
         while (published := updater.recalibrate_step()) is None:
