@@ -172,7 +172,7 @@ class UpdatesConfig(Section):
     defer_summaries_s: float = Field(30.0, ge=0)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
     # Compaction (when the journal is idle): an artifact's delta segments are merged into one past this
-    # many segments, and everything into one segment once the deltas outweigh this share of the base.
+    # many, and everything into one segment once its oldest (merged) delta outweighs this share of the base.
     compact_max_segments: int = Field(8, ge=2)
     compact_ratio: float = Field(0.25, gt=0)
     # HyperRAG §3.3: hyperbolic-mode queries refine the points online; a full retrain every N queries

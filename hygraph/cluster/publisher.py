@@ -348,9 +348,13 @@ class IndexUpdater:
     # ------------------------------------------------------------ compaction
 
     def compact(self) -> dict[str, Any] | None:
-        """Rewrite the artifacts whose delta segments grew past `updates.compact_max_segments` segments
-        (the deltas merged into one) or past `updates.compact_ratio` of their base segment's bytes (all
-        merged into one), as a version with the same content. None when nothing is due."""
+        """Rewrite, as a version with the same content, the artifacts with more than
+        `updates.compact_max_segments` delta segments (the deltas merged into one, which keeps only
+        their live rows: a row rewritten by many updates is kept once), and those whose oldest delta
+        (after such merges, the merged one) outweighs `updates.compact_ratio` of the base segment (all
+        merged into one). Merging only deltas keeps the bytes a compaction writes near the bytes the
+        updates wrote; the full merge comes once the distinct changed rows are a share of the base.
+        None when nothing is due."""
         u = self.cfg.updates
         try:
             live = self.load()
@@ -358,11 +362,9 @@ class IndexUpdater:
             plan = {}
             for name, ref in version.manifest.tables.items():
                 sizes = [self.store.segment_bytes(name, s) for s in ref.segments]
-                if len(sizes) < 2:
-                    continue
-                if sum(sizes[1:]) > u.compact_ratio * sizes[0]:
+                if len(sizes) >= 2 and sizes[1] > u.compact_ratio * sizes[0]:
                     plan[name] = True
-                elif len(sizes) > u.compact_max_segments:
+                elif len(sizes) - 1 > u.compact_max_segments:
                     plan[name] = False
             if not plan:
                 return None
