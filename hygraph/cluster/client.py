@@ -20,7 +20,8 @@ def submit(cfg: HygraphConfig, index_dir: str | Path, op: str, payload: dict[str
     """Journal the job, then apply it in this process, or wait for the running updater to.
 
     Returns the totals of the versions that applied it (with a server running, the batch that
-    carried the job may have carried others too).
+    carried the job may have carried others too) and the current version, which holds it (a
+    compaction that came due after it publishes the same rows as a version of its own).
     """
     store = IndexStore(index_dir)
     store.manifest()  # a clear error when the directory holds no index
@@ -33,12 +34,14 @@ def submit(cfg: HygraphConfig, index_dir: str | Path, op: str, payload: dict[str
         return _wait(store, journal, job, wait_s)
     try:
         results = updater.run_until_idle()
+        status, error = journal.status(job, store.manifest().journal_offset)
+        if status != "done":
+            raise StoreError(f"job {job.job_id} {status}: {error or 'not applied'}")
+        # No server compacts this index in the background: do it here when due (same rows, fewer segments).
+        compacted = updater.compact()
     finally:
         updater.close()
-    status, error = journal.status(job, store.manifest().journal_offset)
-    if status != "done":
-        raise StoreError(f"job {job.job_id} {status}: {error or 'not applied'}")
-    return totals(results, store.current_version())
+    return {**totals(results, store.current_version()), "compaction": compacted}
 
 
 def _wait(store: IndexStore, journal: Journal, job: Job, wait_s: float) -> dict[str, Any]:

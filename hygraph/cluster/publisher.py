@@ -263,11 +263,10 @@ class IndexUpdater:
         return {"version": version, "pending_s": time.time() - pending.since, **applied.stats}
 
     def run_until_idle(self) -> list[dict[str, Any]]:
-        """Every pending job, with summaries (including any a stopped server left deferred), then a due compaction."""
+        """Every pending job, with summaries (including any a stopped server left deferred)."""
         out = []
         while (result := self.step() or self.summarize_pending()) is not None:
             out.append(result)
-        self.compact()
         return out
 
     def _apply(self, jobs: list[Job], defer_summaries: bool = False) -> dict[str, Any]:
