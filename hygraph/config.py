@@ -70,11 +70,21 @@ class LLMConfig(Section):
 
 class VectorStoreConfig(Section):
     backend: Literal["milvus", "faiss"] = "milvus"
-    # "lite": a managed `milvus-lite server` child bound to 127.0.0.1; otherwise a Milvus URI.
-    uri: str = "lite"
-    token_env: str = "MILVUS_TOKEN"
+    # "embedded": the Milvus standalone server of the `milvus` package as a managed child process
+    # (ports chosen free, etcd on 127.0.0.1, authorization on with a generated secret);
+    # "lite": a managed `milvus-lite server` child bound to lite_host; anything else: a Milvus URI.
+    uri: str = "embedded"
+    token_env: str = "MILVUS_TOKEN"  # for a Milvus URI; the managed engines need none
     lite_host: str = "127.0.0.1"
     lite_port: int = Field(0, ge=0)  # 0: pick a free port
+    server_start_timeout_s: float = Field(60.0, gt=0)  # a managed server must answer within this
+    server_cache_dir: str = ""  # where the embedded server's binaries are unpacked once; "": ~/.cache/hygraph
+    # The embedded server's network isolation. "netns": run it in a private network namespace
+    # (`unshare -rn`, unprivileged user namespaces) where none of its sockets is reachable from
+    # outside, with the proxy relayed from 127.0.0.1; refuse to start where that is unavailable.
+    # "auto": the same where available, else run it directly with a warning (Milvus 2.3.5 then
+    # listens on every interface). "none": run it directly. Authorization is on in every mode.
+    isolation: Literal["auto", "netns", "none"] = "auto"
     collection_prefix: str = "hygraph"
     index_type: Literal["HNSW", "FLAT", "IVF_FLAT"] = "HNSW"
     hnsw_m: int = Field(16, ge=4)
@@ -217,9 +227,6 @@ class ServeConfig(Section):
     body_timeout_s: float = Field(10.0, gt=0)
     # Serve's end-to-end bound on one HTTP request at the proxy (a stuck request cannot pile up).
     request_timeout_s: float = Field(60.0, gt=0)
-    # Read-your-writes: how long a Retriever may take to load the version a request asks for
-    # before it answers 503 version_not_ready.
-    version_wait_s: float = Field(30.0, gt=0)
     max_question_chars: int = Field(2000, ge=1)
     max_documents_per_request: int = Field(1000, ge=1)
     # A replica polls the snapshot store's CURRENT this often and swaps to a newer version.

@@ -11,6 +11,11 @@ class InputError(HygraphError):
     """Bad user input (file, line, field named in the message): exit 2 / HTTP 4xx."""
 
 
+class VersionNotReady(InputError):
+    """A request asked for an index version newer than the one published (HTTP 422: versions come from
+    job status, which reads the same `CURRENT` the Retrievers load)."""
+
+
 class ConfigError(InputError):
     """Invalid configuration (unknown key, wrong type)."""
 
@@ -21,10 +26,6 @@ class StoreError(HygraphError):
 
 class IndexNotReady(StoreError):
     """The index directory holds no version yet (a first build has not landed): HTTP 503."""
-
-
-class VersionNotReady(StoreError):
-    """A request asked for an index version newer than the one published (HTTP 503, retry shortly)."""
 
 
 class StoreUnavailable(StoreError):

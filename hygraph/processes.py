@@ -1,4 +1,4 @@
-"""Process liveness, for the lock and lease files of the snapshot store and the Milvus Lite server."""
+"""Process liveness, for the lock and lease files of the snapshot store and the managed Milvus server."""
 
 from __future__ import annotations
 

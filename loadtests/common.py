@@ -294,7 +294,7 @@ class ServeProcess:
     """`hygraph serve` on `index_dir` in its own session, with a free port and an API key.
 
     Every process it starts is remembered (Ray's raylet, GCS and workers, Serve replicas, the
-    Milvus Lite server) so `stop` and `crash` can account for all of them even after the
+    managed Milvus server) so `stop` and `crash` can account for all of them even after the
     parent is gone; Ray processes are also found by this run's session name, which covers
     workers started after the last look.
     """
@@ -406,11 +406,10 @@ class ServeProcess:
     def sweep(self) -> list[str]:
         """Kill what this server started and is still running; returns their descriptions."""
         left = [p for p in self._seen.values() if _alive(p)]
-        data_dir = str(self.index_dir / "milvus" / "data")
         for p in psutil.process_iter():
             cmd = " ".join(_cmdline(p))
             if p.pid not in self._seen and _alive(p) and (
-                    any(s in cmd for s in self._sessions) or ("milvus-lite" in cmd and data_dir in cmd)):
+                    any(s in cmd for s in self._sessions) or _milvus_of(p, self.index_dir)):
                 left.append(p)
         described = [f"{p.pid} {' '.join(_cmdline(p))[:120]}" for p in left]
         for p in left:
@@ -434,6 +433,20 @@ async def while_serving(server: ServeProcess | None, work: Awaitable[T]) -> T:
             raise ServerExited(f"hygraph serve exited with status {server.exit_code()}; its log ends:\n"
                                f"{server.log_tail(3000)}")
     return await task
+
+
+def _milvus_of(p: psutil.Process, index_dir: Path) -> bool:
+    """The index's managed Milvus server, either engine: Milvus Lite names its data directory on its
+    command line, the embedded standalone server runs in `<index>/milvus/standalone`."""
+    here = str((index_dir / "milvus").resolve())
+    cmd = " ".join(_cmdline(p))
+    if "milvus" not in cmd:
+        return False
+    try:
+        cwd = p.cwd()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        cwd = ""
+    return here in cmd or cwd.startswith(here)
 
 
 def _cmdline(p: psutil.Process) -> list[str]:

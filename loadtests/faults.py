@@ -2,7 +2,7 @@
 and measure what clients see and what the index keeps.
 
   retriever  under query load, SIGKILL one Retriever replica process; errors and recovery time;
-  store      SIGKILL the Milvus Lite server while inserting and querying; 503 + Retry-After
+  store      SIGKILL the managed Milvus server while inserting and querying; 503 + Retry-After
              (never 500) while it is down, recovery time, every acknowledged document present once;
   restart    SIGKILL the whole service tree while inserts are being acknowledged, start it again
              on the same index; journal replay: every acknowledged document present once, all jobs done.
@@ -222,7 +222,10 @@ async def fault_retriever(server: ServeProcess, args: argparse.Namespace, docs: 
     return out
 
 
-def _lite_pid(index_dir: Path) -> int | None:
+def _store_pid(index_dir: Path) -> int | None:
+    """The managed Milvus server recorded in `<index>/milvus/server.json` (`pid`: the process to kill),
+    the embedded standalone server or Milvus Lite, while it is alive. With network isolation it is
+    the namespace's relay, whose Milvus child gets SIGKILL when the relay dies."""
     state = index_dir / "milvus" / "server.json"
     pid = json.loads(state.read_text())["pid"] if state.is_file() else None
     return pid if pid and psutil.pid_exists(pid) else None
@@ -236,19 +239,22 @@ async def fault_store(server: ServeProcess, args: argparse.Namespace, docs: list
         load.start()
         inserts.start()
         await asyncio.sleep(args.baseline_s)
-        lite = _lite_pid(server.index_dir)
-        if lite is None or "milvus-lite" not in " ".join(psutil.Process(lite).cmdline()):
-            raise RuntimeError(f"no live Milvus Lite server recorded in {server.index_dir / 'milvus' / 'server.json'}")
+        victim = _store_pid(server.index_dir)
+        engine = json.loads((server.index_dir / "milvus" / "server.json").read_text()).get("engine", "lite") \
+            if victim else None
+        if victim is None or "milvus" not in " ".join(psutil.Process(victim).cmdline()):
+            raise RuntimeError(f"no live Milvus server recorded in {server.index_dir / 'milvus' / 'server.json'}")
+        what = "Milvus Lite server" if engine == "lite" else "embedded Milvus server"
         t_kill = rec.now()
-        os.kill(lite, signal.SIGKILL)
-        rec.event("kill", what="Milvus Lite server", pid=lite)
-        say(TAG, f"store: SIGKILL Milvus Lite server pid {lite} while inserting and querying")
-        restarted = await _until(lambda: _lite_pid(server.index_dir) not in (None, lite), args.recovery_timeout)
+        os.kill(victim, signal.SIGKILL)
+        rec.event("kill", what=what, pid=victim)
+        say(TAG, f"store: SIGKILL {what} pid {victim} while inserting and querying")
+        restarted = await _until(lambda: _store_pid(server.index_dir) not in (None, victim), args.recovery_timeout)
         await _until(lambda: _recovered(rec, t_kill), args.recovery_timeout)
         await asyncio.sleep(args.tail_s)
         writes = await inserts.finish()
         await load.stop()
-    out = {"killed_pid": lite, "store_restarted_s": restarted, **recovery(rec.samples, t_kill),
+    out = {"killed_pid": victim, "store_restarted_s": restarted, **recovery(rec.samples, t_kill),
            "answers_while_down": unavailable_answers(rec.samples, t_kill), "inserts": write_summary(writes)}
     acked = [d for d in docs if d["id"] in {w.doc_id for w in writes if w.acked_t is not None}]
     with Client(server.url) as client:

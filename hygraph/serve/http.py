@@ -25,8 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hygraph.config import ServeConfig
-from hygraph.errors import (BackendError, ConfigError, IndexNotReady, InputError, StoreError, StoreUnavailable,
-                            VersionNotReady)
+from hygraph.errors import BackendError, ConfigError, IndexNotReady, InputError, StoreError, StoreUnavailable
 from hygraph.input_rules import depth, preview
 
 log = logging.getLogger("hygraph.serve")
@@ -59,8 +58,6 @@ def as_api_error(exc: BaseException) -> ApiError:
     first = preview(str(exc).splitlines()[0], 300) if str(exc) else type(exc).__name__
     if isinstance(exc, InputError):
         return ApiError(422, "invalid_field", first)
-    if isinstance(exc, VersionNotReady):
-        return ApiError(503, "version_not_ready", first, {"Retry-After": "1"})
     if isinstance(exc, IndexNotReady):
         return ApiError(503, "index_not_ready", first, {"Retry-After": str(RETRY_AFTER_S)})
     if isinstance(exc, StoreUnavailable):

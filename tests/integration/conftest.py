@@ -1,4 +1,4 @@
-"""Integration fixtures: the real CLI, Ray (num_cpus=2), the Milvus Lite server, the bundled model."""
+"""Integration fixtures: the real CLI, Ray (num_cpus=2), the embedded Milvus server, the bundled model."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ def test_two_processes_read_the_same_index(built_index):
     for p, (stdout, stderr) in zip(procs, outs):
         assert p.returncode == 0, stderr[-2000:]
         assert json.loads(stdout.strip().splitlines()[-1])["passages"]
-    # The last process out stops the shared Milvus Lite server: nothing is left running.
+    # The last process out stops the shared Milvus server: nothing is left running.
     state = index_dir / "milvus" / "server.json"
     deadline = time.time() + 10
     while state.exists() and time.time() < deadline:

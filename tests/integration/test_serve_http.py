@@ -1,4 +1,4 @@
-"""End to end: `hygraph serve` as a user runs it (Ray num_cpus=2, Milvus Lite server, bundled model),
+"""End to end: `hygraph serve` as a user runs it (Ray num_cpus=2, the embedded Milvus server, bundled model),
 driven over HTTP, by the project's client and by the official `openai` client; then Ctrl-C."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_every_mode_answers_over_http(server, mode):
 
 
 def test_http_and_cli_agree(server):
-    """The CLI attaches to the server's Milvus Lite process and ranks exactly as the Retriever does."""
+    """The CLI attaches to the server's Milvus process and ranks exactly as the Retriever does."""
     out = server["client"].query(QUESTION, mode="hybrid", top_k=5)
     cli = last_json(run_cli("query", "--index-dir", str(server["index_dir"]), "--mode", "hybrid", QUESTION))
     assert [p["id"] for p in out["passages"]] == [p["id"] for p in cli["passages"]]
@@ -276,7 +276,7 @@ def test_hyperbolic_queries_feed_the_online_learner_and_recalibration_is_on_dema
 
 
 def test_a_store_crash_is_503_then_recovers(server):
-    """kill -9 the Milvus Lite server: 503 with Retry-After (never a 500) until Serve's health
+    """kill -9 the managed Milvus server: 503 with Retry-After (never a 500) until Serve's health
     check restarts the Retriever, whose store connection starts a new server."""
     lite = json.loads((server["index_dir"] / "milvus" / "server.json").read_text())["pid"]
     os.kill(lite, signal.SIGKILL)
@@ -295,7 +295,7 @@ def test_a_store_crash_is_503_then_recovers(server):
 
 
 def test_ctrl_c_stops_everything(server):
-    """Last in the module: SIGINT leaves no Ray, Serve or Milvus Lite process behind."""
+    """Last in the module: SIGINT leaves no Ray, Serve or Milvus process behind."""
     proc = server["proc"]
     children = psutil.Process(proc.pid).children(recursive=True)
     lite = json.loads((server["index_dir"] / "milvus" / "server.json").read_text())["pid"]

@@ -1,5 +1,5 @@
 """Live updates without a server: `hygraph insert/delete` apply journal jobs in this process
-(Milvus Lite server, bundled model); a killed updater loses and duplicates nothing."""
+(the embedded Milvus server, bundled model); a killed updater loses and duplicates nothing."""
 
 from __future__ import annotations
 

@@ -10,7 +10,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_local_profile_is_embedded_default():
     cfg = load_config(REPO / "configs/local.yaml", env={})
-    assert cfg.vector_store.backend == "milvus" and cfg.vector_store.uri == "lite"
+    assert cfg.vector_store.backend == "milvus" and cfg.vector_store.uri == "embedded"
+    from hygraph.config import VectorStoreConfig
+
+    assert VectorStoreConfig().uri == "embedded"  # the built-in default is the same embedded engine
     assert cfg.llm.backend == "extractive" and cfg.embedder.model == "bundled"
     assert (cfg.chunking.size_tokens, cfg.chunking.overlap_tokens) == (1200, 100)
     assert (cfg.hierarchy.num_hyperplanes, cfg.hierarchy.s_min, cfg.hierarchy.s_max) == (16, 5, 50)

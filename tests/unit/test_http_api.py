@@ -130,6 +130,8 @@ def test_delete_takes_any_valid_id_percent_encoded_and_refuses_long_ones(client)
     resp = client.delete("/v1/documents/" + "x" * 60000, headers=auth)
     assert resp.status_code == 422 and len(resp.text) < 400
     assert client.delete("/v1/documents/a%0Ab", headers=auth).status_code == 422
+    resp = client.delete("/v1/documents/lone%ED%A0%80", headers=auth)  # a surrogate's bytes: not UTF-8
+    assert resp.status_code == 422 and "UTF-8" in resp.json()["error"]["message"]
 
 
 def test_unknown_job_ids_are_404_or_422_without_echo(client):

@@ -1,26 +1,94 @@
-"""Milvus adapter (pymilvus MilvusClient): a server/cluster by URI, or the managed Milvus Lite server."""
+"""Milvus adapter (pymilvus MilvusClient): the managed local engine, or any Milvus server by URI.
+
+Ids are data, never code. A row's primary key is `pk`, an INT64 derived from its id (the first 8
+bytes of BLAKE2b as a signed integer); the id itself is a plain VARCHAR field (`item_id`) that
+searches and gets return. Deletes and gets go by integer keys only (pymilvus turns those into
+`pk in [<ints>]`), and the only filter this module builds is `layer == <int>`. So no id, however
+hostile (quotes, `'] or id not in ['`, newlines, backslashes), is ever parsed as an expression.
+Two different ids with the same key in one upsert are refused (StoreError); a fetch checks that
+every row it returns carries the id it was asked for.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from typing import Any, Callable, Sequence
 
+import grpc
 import numpy as np
 
 from hygraph.backends.vectorstore.base import Hit, Metric
 from hygraph.config import VectorStoreConfig
 from hygraph.errors import StoreError, StoreUnavailable
 
-_ID_MAX = 512
-# pymilvus logs a traceback for every failed call; hygraph maps those errors to its own
-# one-line messages, so its logger only speaks for what we do not handle.
-logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+# Milvus's largest VARCHAR (max_length counts UTF-8 bytes). Document ids are up to 256 characters
+# (1,024 bytes) and chunk ids add `:<ordinal>`, but entity ids are normalized entity names of any
+# length; an id over this is refused before anything is sent.
+ID_MAX_BYTES = 65535
+# Keys per `pk in [...]` get or delete, comfortably under Milvus's query result and message limits.
+KEY_BATCH = 1000
+# Reads see every write older than Milvus's graceful time (5 s) without waiting in the normal case;
+# `persist` (after writes) and `open` (after a load) wait for a strongly consistent read, so what
+# was written before them is visible to every process at once. ("Session" would not do: a reader
+# that never wrote reads at "eventually", and right after a server restart that misses rows the
+# query node has not yet replayed from its log.)
+CONSISTENCY = "Bounded"
+FIELDS = ("pk", "item_id", "vec", "kind", "layer", "version")
+# pymilvus logs a traceback for every failed call; hygraph maps those errors to its own one-line
+# messages, so its logger only speaks for what we do not handle. (Importing pymilvus configures its
+# logger, so the level is set after that import.)
+import pymilvus  # noqa: E402,F401
+
+for _name in ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer"):
+    logging.getLogger(_name).setLevel(logging.CRITICAL)
+
+
+def id_key(item_id: str) -> int:
+    """The INT64 primary key of an id: BLAKE2b-64 of its UTF-8 bytes, as a signed integer. Stable
+    across processes and versions (no per-process hash seed)."""
+    try:
+        raw = item_id.encode("utf-8")
+    except (AttributeError, UnicodeEncodeError):
+        raise StoreError(f"vector id {short(item_id)} is not a valid UTF-8 string") from None
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big", signed=True)
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """An id for a message: repr'd (quotes and control characters escaped) and cut to `limit` chars."""
+    text = value if isinstance(value, str) else str(value)
+    return repr(text[:limit]) + (f"... ({len(text)} chars)" if len(text) > limit else "")
+
+
+# What makes a failure retryable (StoreUnavailable, 503), by code only: messages quote ids and
+# expressions, so their text never decides. gRPC's own statuses, raised as they are (a deadline) or
+# as the `code` of the MilvusException pymilvus raises when its retries run out: the server is
+# unreachable (a refused or dropped connection, GOAWAY) or did not answer in time.
+TRANSIENT_GRPC = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# pymilvus's CONNECT_FAILED (2: no channel to the server, which is what every call on a connection
+# to a dead server raises; it is also Milvus's own "service unavailable") and Milvus's rate limit
+# (8). Anything else Milvus marks `retriable` counts too.
+TRANSIENT_CODES = frozenset({2, 8})
+# Milvus's "collection not loaded".
+NOT_LOADED = 101
+
+
+def _code(exc: Exception) -> Any:
+    code = getattr(exc, "code", None)
+    return code() if isinstance(exc, grpc.RpcError) and callable(code) else code
+
+
+def _unavailable(exc: Exception) -> bool:
+    code = _code(exc)
+    if isinstance(code, grpc.StatusCode):
+        return code in TRANSIENT_GRPC
+    return code in TRANSIENT_CODES or getattr(exc, "retriable", False) is True
 
 
 class MilvusStore:
     def __init__(self, cfg: VectorStoreConfig, uri: str, on_close: Callable[[], None] | None = None,
-                 grpc_options: dict[str, Any] | None = None) -> None:
+                 grpc_options: dict[str, Any] | None = None, token: str | None = None) -> None:
         from pymilvus import MilvusClient
         from pymilvus.exceptions import MilvusException
 
@@ -28,25 +96,39 @@ class MilvusStore:
         self.uri = uri
         self._on_close = on_close
         self._exc = MilvusException
-        token = os.environ.get(cfg.token_env, "")
+        if token is None:
+            token = os.environ.get(cfg.token_env, "")
+        self._metrics: dict[str, str] = {}
+        self._id_limits: dict[str, int] = {}  # item_id's max_length per collection, once created or opened
+        self._version: str | None = None
+        self.missing_hint = ""  # appended where a collection is missing (set by `connect`)
         try:
             self.client = MilvusClient(uri=uri, token=token, timeout=cfg.connect_timeout_s,
                                        grpc_options=grpc_options or {})
         except MilvusException as exc:
-            raise StoreUnavailable(f"vector_store.uri {uri}: Milvus unreachable ({exc.message})") from None
-        self._metrics: dict[str, str] = {}
+            self._close_server()
+            raise StoreUnavailable(f"vector_store.uri {uri}: Milvus unreachable ({str(exc.message)[:200]})") from None
+
+    def _mapped(self, what: str, exc: Exception) -> StoreError:
+        # Connection-level failures are retryable (503); anything else is a store error to surface.
+        if _unavailable(exc):
+            return StoreUnavailable(f"Milvus at {self.uri} unreachable during {what}")
+        return StoreError(f"Milvus {what} failed: {str(exc)[:300]}")
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except self._exc as exc:
-            # Connection-level failures are retryable (503); anything else is a store bug to surface.
-            if "unavailable" in str(exc).lower() or "connect" in str(exc).lower():
-                raise StoreUnavailable(f"Milvus at {self.uri} unreachable during {what}") from None
-            raise StoreError(f"Milvus {what} failed: {exc}") from None
+        except (self._exc, grpc.RpcError) as exc:
+            raise self._mapped(what, exc) from None
 
     def ping(self) -> None:
         self._call("ping", self.client.list_collections, timeout=self.cfg.connect_timeout_s)
+
+    def server_version(self) -> str:
+        """The server's version string (e.g. `v2.3.5-lite`, `v2.5.4`); see the README on what newer servers add."""
+        if self._version is None:
+            self._version = str(self._call("get_server_version", self.client.get_server_version))
+        return self._version
 
     def exists(self, name: str) -> bool:
         return bool(self._call("has_collection", self.client.has_collection, name))
@@ -57,53 +139,91 @@ class MilvusStore:
         if self.exists(name):
             self.drop(name)
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=_ID_MAX)
+        schema.add_field("pk", DataType.INT64, is_primary=True)
+        schema.add_field("item_id", DataType.VARCHAR, max_length=ID_MAX_BYTES)
         schema.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
         schema.add_field("kind", DataType.VARCHAR, max_length=16)
         schema.add_field("layer", DataType.INT64)
         schema.add_field("version", DataType.INT64)
-        self._call("create_collection", self.client.create_collection, name, schema=schema)
+        self._call("create_collection", self.client.create_collection, name, schema=schema,
+                   consistency_level=CONSISTENCY)
         self._metrics[name] = metric
+        self._id_limits[name] = ID_MAX_BYTES
 
     def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
                layers: Sequence[int] | None = None) -> None:
-        kind = name.rsplit("_", 1)[-1]
+        kind = name.rsplit("_", 1)[-1][:16]
         vecs = np.asarray(vectors, dtype=np.float32)
+        if len(vecs) != len(ids) or (layers is not None and len(layers) != len(ids)):
+            raise StoreError(f"{name}: {len(ids)} ids for {len(vecs)} vectors")
+        # One row per key: a repeated id keeps its last vector; two ids sharing a key are refused.
+        rows: dict[int, int] = {}
+        limit = self._id_limits.get(name, ID_MAX_BYTES)
+        for i, item_id in enumerate(ids):
+            if not isinstance(item_id, str):
+                raise StoreError(f"{name}: vector id {short(item_id)} is not a string")
+            key = id_key(item_id)
+            size = len(item_id.encode("utf-8"))
+            if size > limit:
+                older = "" if limit >= ID_MAX_BYTES else " (an older hygraph's limit: rebuild the index)"
+                raise StoreError(f"{name}: vector id {short(item_id)} is {size} bytes of UTF-8, over the "
+                                 f"{limit} this collection stores{older}")
+            j = rows.get(key)
+            if j is not None and ids[j] != item_id:
+                raise StoreError(f"{name}: ids {short(ids[j])} and {short(item_id)} have the same key {key}")
+            rows[key] = i
+        order = list(rows.items())
         step = self.cfg.insert_batch
-        for start in range(0, len(ids), step):
-            rows = [{"id": ids[i], "vec": vecs[i].tolist(), "kind": kind,
-                     "layer": int(layers[i]) if layers is not None else 0, "version": version}
-                    for i in range(start, min(start + step, len(ids)))]
-            self._call("upsert", self.client.upsert, name, rows)
+        for start in range(0, len(order), step):
+            batch = [{"pk": key, "item_id": ids[i], "vec": vecs[i].tolist(), "kind": kind,
+                      "layer": int(layers[i]) if layers is not None else 0, "version": int(version)}
+                     for key, i in order[start:start + step]]
+            self._call("upsert", self.client.upsert, name, batch)
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
-        if ids:
-            self._call("delete", self.client.delete, name, ids=list(ids))
+        keys = sorted({id_key(i) for i in ids})
+        for start in range(0, len(keys), KEY_BATCH):
+            self._call("delete", self.client.delete, name, ids=keys[start:start + KEY_BATCH])
 
     def persist(self, name: str) -> None:
-        """Nothing to do: Milvus acknowledges an upsert or delete once it is durable and searchable."""
+        """Milvus acknowledges a write once it is durable; a strongly consistent read then waits until
+        every write so far is visible, so every process's searches and gets see them."""
+        try:
+            self.client.get(name, ids=[0], output_fields=["pk"], consistency_level="Strong")
+        except (self._exc, grpc.RpcError) as exc:
+            # Not loaded: nothing reads it until `open` loads it, with everything written so far.
+            if _code(exc) != NOT_LOADED:
+                raise self._mapped("persist", exc) from None
 
     def seal(self, name: str) -> None:
         self._call("flush", self.client.flush, name)
-        metric = self._metrics.get(name) or self._describe_metric(name)
-        params = self.client.prepare_index_params()
-        if self.cfg.index_type == "HNSW":
-            params.add_index(field_name="vec", index_type="HNSW", metric_type=metric,
-                             params={"M": self.cfg.hnsw_m, "efConstruction": self.cfg.hnsw_ef_construction})
-        else:
-            params.add_index(field_name="vec", index_type=self.cfg.index_type, metric_type=metric,
-                             params={"nlist": 128} if self.cfg.index_type == "IVF_FLAT" else {})
-        self._call("create_index", self.client.create_index, name, params)
+        if not self._call("list_indexes", self.client.list_indexes, name, field_name="vec"):
+            metric = self._metrics.get(name) or self._describe_metric(name)
+            params = self.client.prepare_index_params()
+            if self.cfg.index_type == "HNSW":
+                params.add_index(field_name="vec", index_type="HNSW", metric_type=metric,
+                                 params={"M": self.cfg.hnsw_m, "efConstruction": self.cfg.hnsw_ef_construction})
+            else:
+                params.add_index(field_name="vec", index_type=self.cfg.index_type, metric_type=metric,
+                                 params={"nlist": 128} if self.cfg.index_type == "IVF_FLAT" else {})
+            self._call("create_index", self.client.create_index, name, params)
         self.open(name)
 
     def open(self, name: str) -> None:
         if not self.exists(name):
-            raise StoreError(f"vector collection {name} is missing from Milvus at {self.uri}")
+            raise StoreError(f"vector collection {name} is missing from Milvus at {self.uri}{self.missing_hint}")
+        info = self._call("describe_collection", self.client.describe_collection, name)
+        fields = {f.get("name"): f for f in info.get("fields", [])}
+        if not (fields.get("pk", {}).get("is_primary") and "item_id" in fields):
+            raise StoreError(f"vector collection {name} has the schema of an older hygraph (string primary "
+                             f"key); rebuild the index (`hygraph index`)")
+        self._id_limits[name] = int(fields["item_id"].get("params", {}).get("max_length", ID_MAX_BYTES))
         self._call("load_collection", self.client.load_collection, name)
+        self.persist(name)  # a fresh load may still be replaying the log: wait until it caught up
 
     def _describe_metric(self, name: str) -> str:
         for idx in self._call("list_indexes", self.client.list_indexes, name) or []:
-            info = self.client.describe_index(name, idx)
+            info = self._call("describe_index", self.client.describe_index, name, idx)
             if info.get("metric_type"):
                 return str(info["metric_type"])
         return "IP"
@@ -115,27 +235,45 @@ class MilvusStore:
         params: dict[str, Any] = {"metric_type": metric}
         if self.cfg.index_type == "HNSW":
             params["params"] = {"ef": max(self.cfg.hnsw_ef_search, k)}
+        elif self.cfg.index_type == "IVF_FLAT":
+            params["params"] = {"nprobe": 16}
         res = self._call("search", self.client.search, name,
                          data=np.asarray(queries, dtype=np.float32).tolist(), limit=k,
                          filter=f"layer == {int(layer)}" if layer is not None else "",
-                         output_fields=["layer"], search_params=params)
-        return [[Hit(h["id"], float(h["distance"]), int(h["entity"].get("layer", 0))) for h in row]
-                for row in res]
+                         output_fields=["item_id", "layer"], search_params=params, consistency_level=CONSISTENCY)
+        return [[Hit(str(h["entity"]["item_id"]), float(h["distance"]), int(h["entity"].get("layer", 0)))
+                 for h in row] for row in res]
 
     def fetch(self, name: str, ids: Sequence[str]) -> np.ndarray:
-        rows = self._call("get", self.client.get, name, ids=list(ids), output_fields=["vec"])
-        by_id = {r["id"]: r["vec"] for r in rows}
-        missing = [i for i in ids if i not in by_id]
+        wanted = {id_key(i): i for i in ids}
+        keys = list(wanted)
+        found: dict[str, Any] = {}
+        for start in range(0, len(keys), KEY_BATCH):
+            rows = self._call("get", self.client.get, name, ids=keys[start:start + KEY_BATCH],
+                              output_fields=["pk", "item_id", "vec"], consistency_level=CONSISTENCY)
+            for r in rows:
+                item_id = wanted.get(int(r["pk"]))
+                if item_id is not None and r["item_id"] != item_id:
+                    raise StoreError(f"{name}: id {short(item_id)} shares its key with stored id {short(r['item_id'])}")
+                found[str(r["item_id"])] = r["vec"]
+        missing = [i for i in ids if i not in found]
         if missing:
-            raise StoreError(f"{name}: no vector for id {missing[0]!r}")
-        return np.asarray([by_id[i] for i in ids], dtype=np.float32)
+            raise StoreError(f"{name}: no vector for id {short(missing[0])}")
+        return np.asarray([found[i] for i in ids], dtype=np.float32)
 
     def drop(self, name: str) -> None:
         self._metrics.pop(name, None)
+        self._id_limits.pop(name, None)
         if self.exists(name):
             self._call("drop_collection", self.client.drop_collection, name)
 
-    def close(self) -> None:
-        self.client.close()
+    def _close_server(self) -> None:
         if self._on_close is not None:
-            self._on_close()
+            on_close, self._on_close = self._on_close, None
+            on_close()
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            self._close_server()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from typing import Annotated, Any
+from urllib.parse import unquote_to_bytes
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import JSONResponse
 from starlette.convertors import Convertor, register_url_convertor
 
@@ -50,9 +51,15 @@ async def add_documents(body: DocumentsRequest, gw: Gateway = Depends(gateway)) 
 
 
 @router.delete("/v1/documents/{doc_id:any_id}", status_code=202, dependencies=[Depends(write_access)])
-async def delete_document(doc_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS), id_rule],
+async def delete_document(request: Request, doc_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS), id_rule],
                           gw: Gateway = Depends(gateway)) -> Any:
     """`doc_id` is percent-encoded in the path (`/` as %2F); ids follow the same rule as on insert."""
+    raw = request.scope.get("raw_path", b"")
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        # The path decoder would have replaced the bad bytes with U+FFFD: a different id than was sent.
+        raise ApiError(422, "invalid_field", "doc_id: the percent-encoded id is not valid UTF-8") from None
     job = await asyncio.to_thread(gw.journal.append, "delete", {"ids": [doc_id]})
     gw.metrics.ingest.inc(tags={"op": "delete"})
     return JSONResponse({"job_id": job.job_id}, status_code=202)

@@ -1,0 +1,265 @@
+"""The Milvus adapter without a server: ids become INT64 keys, never expression text.
+
+A fake client records every call, so these check what the adapter would send to Milvus.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hygraph.backends.vectorstore import milvus as mv
+from hygraph.backends.vectorstore.milvus import ID_MAX_BYTES, MilvusStore, id_key, short
+from hygraph.config import VectorStoreConfig
+from hygraph.errors import StoreError, StoreUnavailable
+
+HOSTILE = [
+    "zz'] or id not in ['",
+    "D'Arcy-notes",
+    'say "hi"',
+    "line\nbreak",
+    "tab\tand\rreturn",
+    "back\\slash\\",
+    "“unicode quotes” ‘single’",
+    "') or true or ('",
+    "id == 1 || true",
+    "a" * 256 + ":12",
+    "",
+    " ",
+    "\x00nul",
+    "emoji 🦉",
+]
+
+
+def test_key_is_a_stable_signed_int64():
+    # Fixed values: a key must not change between processes, runs or releases (it is the stored pk).
+    assert id_key("doc-1:0") == 565921166436930056
+    assert id_key("zz'] or id not in ['") == -1996016515471089237
+    assert id_key("é") == -3811523526868657873
+    for s in HOSTILE:
+        k = id_key(s)
+        assert isinstance(k, int) and -(2 ** 63) <= k < 2 ** 63
+
+
+def test_key_does_not_depend_on_the_process_hash_seed():
+    code = "from hygraph.backends.vectorstore.milvus import id_key; print(id_key('doc-1:0'))"
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
+            for seed in ("0", "1", "12345")}
+    assert outs == {"565921166436930056"}
+
+
+def test_hostile_ids_get_distinct_keys():
+    keys = [id_key(s) for s in HOSTILE]
+    assert len(set(keys)) == len(HOSTILE)
+    assert len({id_key(f"doc:{i}") for i in range(20000)}) == 20000
+
+
+def test_messages_cut_ids_to_80_chars():
+    text = short("x" * 5000)
+    assert len(text) < 120 and "5000 chars" in text
+    assert short("a\nb") == "'a\\nb'"
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple, dict]] = []
+        self.rows: dict[int, dict] = {}
+
+    def __getattr__(self, name):
+        def record(*args, **kwargs):
+            self.calls.append((name, args, kwargs))
+            if name == "upsert":
+                for r in args[1]:
+                    self.rows[r["pk"]] = r
+            if name == "get":
+                return [self.rows[k] for k in kwargs["ids"] if k in self.rows]
+            if name == "search":
+                return [[]]
+            return None
+        return record
+
+
+def _store(insert_batch: int = 2000) -> tuple[MilvusStore, FakeClient]:
+    from pymilvus.exceptions import MilvusException
+
+    store = MilvusStore.__new__(MilvusStore)
+    store.cfg = VectorStoreConfig(insert_batch=insert_batch)
+    store.uri, store._on_close, store._exc, store._metrics, store._version = "fake", None, MilvusException, {"c": "IP"}, None
+    store.missing_hint, store._id_limits = "", {}
+    store.client = FakeClient()
+    return store, store.client
+
+
+def test_upsert_sends_int_keys_and_the_id_as_data_in_batches():
+    store, client = _store(insert_batch=4)
+    vecs = np.eye(len(HOSTILE), 4, dtype=np.float32)
+    store.upsert("c", HOSTILE, vecs, version=3, layers=list(range(len(HOSTILE))))
+    batches = [args[1] for name, args, _ in client.calls if name == "upsert"]
+    assert [len(b) for b in batches] == [4, 4, 4, 2]
+    rows = [r for b in batches for r in b]
+    assert [r["item_id"] for r in rows] == HOSTILE
+    assert all(r["pk"] == id_key(r["item_id"]) and isinstance(r["pk"], int) for r in rows)
+
+
+def test_delete_and_fetch_go_by_integer_keys_only():
+    store, client = _store()
+    store.upsert("c", HOSTILE, np.ones((len(HOSTILE), 2), np.float32), version=1)
+    out = store.fetch("c", list(reversed(HOSTILE)))
+    assert out.shape == (len(HOSTILE), 2)
+    store.delete("c", HOSTILE)
+    for name, args, kwargs in client.calls:
+        if name in ("get", "delete"):
+            assert all(isinstance(k, int) for k in kwargs["ids"]) and "filter" not in kwargs
+
+
+def test_the_only_filter_is_layer_equals_an_int():
+    store, client = _store()
+    store.search("c", np.ones((1, 2), np.float32), 5)
+    store.search("c", np.ones((1, 2), np.float32), 5, layer=np.int64(2))
+    filters = [kwargs["filter"] for name, _, kwargs in client.calls if name == "search"]
+    assert filters == ["", "layer == 2"]
+
+
+def test_a_key_collision_in_one_upsert_is_refused(monkeypatch):
+    store, client = _store()
+    monkeypatch.setattr(mv, "id_key", lambda s: 7)
+    with pytest.raises(StoreError, match="same key"):
+        store.upsert("c", ["a", "b"], np.ones((2, 2), np.float32), version=1)
+    assert not [c for c in client.calls if c[0] == "upsert"]
+
+
+def test_a_key_collision_on_fetch_is_refused(monkeypatch):
+    store, client = _store()
+    store.upsert("c", ["a"], np.ones((1, 2), np.float32), version=1)
+    monkeypatch.setattr(mv, "id_key", lambda s: id_key("a"))
+    with pytest.raises(StoreError, match="shares its key"):
+        store.fetch("c", ["b"])
+
+
+def test_a_repeated_id_keeps_its_last_vector():
+    store, client = _store()
+    store.upsert("c", ["a", "b", "a"], np.asarray([[1, 0], [0, 1], [2, 2]], np.float32), version=1)
+    [batch] = [args[1] for name, args, _ in client.calls if name == "upsert"]
+    assert len(batch) == 2 and client.rows[id_key("a")]["vec"] == [2.0, 2.0]
+
+
+def test_id_length_limit_counts_utf8_bytes():
+    store, client = _store()
+    assert ID_MAX_BYTES == 65535  # Milvus's largest VARCHAR
+    # The longest document id (256 characters of 4 bytes) with a chunk ordinal, a long entity name,
+    # and exactly the limit in 2-byte characters are all stored.
+    ok = ["🦉" * 256 + ":4095", "entity " * 4000, "é" * (ID_MAX_BYTES // 2) + "x"]
+    assert len(ok[2].encode("utf-8")) == ID_MAX_BYTES
+    store.upsert("c", ok, np.ones((3, 2), np.float32), version=1)
+    assert {r["item_id"] for r in client.rows.values()} == set(ok)
+    calls = len(client.calls)
+    with pytest.raises(StoreError, match="is 65537 bytes of UTF-8, over the 65535 this collection stores$") as err:
+        store.upsert("c", ["ok", ok[2] + "é"], np.ones((2, 2), np.float32), version=1)
+    assert len(str(err.value)) < 200 and "éééé" in str(err.value)  # a bounded preview of the id
+    assert len(client.calls) == calls  # refused before anything was sent
+
+
+def test_a_non_string_or_unencodable_id_is_a_store_error():
+    store, _ = _store()
+    with pytest.raises(StoreError, match="not a string"):
+        store.upsert("c", [12], np.ones((1, 2), np.float32), version=1)  # type: ignore[list-item]
+    with pytest.raises(StoreError, match="UTF-8"):
+        store.upsert("c", ["\ud800"], np.ones((1, 2), np.float32), version=1)
+
+
+def test_missing_id_message_is_truncated():
+    store, _ = _store()
+    with pytest.raises(StoreError) as err:
+        store.fetch("c", ["q" * 10000])
+    assert len(str(err.value)) < 200
+
+
+def _rpc_error(code):
+    """The error grpc raises for a failed call (a deadline, or UNAVAILABLE when pymilvus does not retry it)."""
+    import grpc
+
+    class RpcError(grpc.RpcError):
+        def code(self):
+            return code
+
+        def details(self):
+            return "connect closed timeout unavailable"
+
+    return RpcError()
+
+
+def test_errors_are_classified_by_code_never_by_message_text():
+    """What pymilvus 3.0.2 raises against Milvus 2.3.5 (observed): a call to a dead or unreachable
+    server is code 2 ("Fail connecting to server ..."); a deadline is grpc's DEADLINE_EXCEEDED as it
+    is; retries run out with grpc's status as the code. Messages quote ids and expressions, and a
+    word in them never makes a permanent error retryable."""
+    import grpc
+    from pymilvus.exceptions import MilvusException
+
+    transient = [
+        MilvusException(2, "Fail connecting to server on 127.0.0.1:1, illegal connection params or server unavailable"),
+        MilvusException(grpc.StatusCode.UNAVAILABLE, "[search] Retry run out of 75 retry times, Socket closed"),
+        MilvusException(8, "rate limit exceeded"),
+        MilvusException(1, "service not ready", retriable=True),
+        _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED),
+        _rpc_error(grpc.StatusCode.UNAVAILABLE),
+    ]
+    words = "connect closed timeout timed out deadline unavailable refused goaway too_many_pings"
+    permanent = [
+        MilvusException(65535, f"cannot parse expression: {words} ((, error: invalid expression"),
+        MilvusException(1100, f"the length (70000) of 0th string exceeds max length: {words}"),
+        MilvusException(100, f"collection not found[collection={words}]"),
+        MilvusException(1, f"Unexpected error, message=<{words}>"),
+        MilvusException(grpc.StatusCode.INVALID_ARGUMENT, words),
+        _rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED),  # a message over gRPC's size limit
+        _rpc_error(grpc.StatusCode.UNAUTHENTICATED),
+    ]
+    for exc in transient:
+        assert mv._unavailable(exc), exc
+    for exc in permanent:
+        assert not mv._unavailable(exc), exc
+
+
+def test_a_permanent_error_quoting_connection_words_is_a_store_error_not_unavailable():
+    from pymilvus.exceptions import MilvusException
+
+    store, client = _store()
+
+    def fail(*args, **kwargs):
+        raise MilvusException(65535, "invalid id 'connection closed: timeout'")
+
+    client.upsert = fail
+    with pytest.raises(StoreError) as err:
+        store.upsert("c", ["connection closed: timeout"], np.ones((1, 2), np.float32), version=1)
+    assert not isinstance(err.value, StoreUnavailable)
+
+    def gone(*args, **kwargs):
+        raise MilvusException(2, "Fail connecting to server on 127.0.0.1:1, illegal connection params or server unavailable")
+
+    client.upsert = gone
+    with pytest.raises(StoreUnavailable):
+        store.upsert("c", ["a"], np.ones((1, 2), np.float32), version=1)
+
+
+def test_persist_skips_a_collection_that_is_not_loaded_by_its_code():
+    from pymilvus.exceptions import MilvusException
+
+    store, client = _store()
+
+    def not_loaded(*args, **kwargs):
+        raise MilvusException(101, "failed to query: collection not loaded[collection=1]")
+
+    client.get = not_loaded
+    store.persist("c")
+
+    def other(*args, **kwargs):
+        raise MilvusException(65535, "id 'not loaded' is bad")
+
+    client.get = other
+    with pytest.raises(StoreError, match="persist failed"):
+        store.persist("c")
