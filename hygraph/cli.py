@@ -91,7 +91,7 @@ def cmd_delete(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     out = submit(cfg, args.index_dir, "delete", {"ids": ids})
     return {"version": out["version"], "documents_removed": out["documents_removed"],
             "summaries_rebuilt": out["summaries_rebuilt"], "seconds": out["seconds"],
-            "chunks_removed": out["chunks_removed"], "llm_calls": out["llm_calls"]}
+            "chunks_removed": out["chunks_removed"], "llm_calls": out["llm_calls"], "compaction": out["compaction"]}
 
 
 def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:

@@ -508,7 +508,8 @@ def _explicit_graph(live: LiveIndex) -> tuple[list[str], np.ndarray, np.ndarray]
     for batch in chunks.batches(["id", "embedding"]):
         ids.extend(batch.column(0).to_pylist())
         emb = batch.column(1)
-        parts.append(emb.values.to_numpy(zero_copy_only=False).reshape(len(emb), -1))
+        # flatten() honours the array's offset; the fixed width shapes an empty segment's batch too.
+        parts.append(emb.flatten().to_numpy(zero_copy_only=False).reshape(len(emb), emb.type.list_size))
     row = {cid: i for i, cid in enumerate(ids)}
     edges = []
     for batch in live.version.table(TERMS).batches(["id", "neighbours"]):
