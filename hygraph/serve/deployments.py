@@ -146,7 +146,10 @@ class Retriever:
                     self._open_when_built()
                 elif self.pipeline.engine.refresh():
                     log.info("now serving index version %d", self.pipeline.engine.version)
-                    self.index_metrics.version.set(self.pipeline.engine.version)
+                if self._pipeline is not None:
+                    # Recorded at every poll, not only on a change: a gauge recorded once at load was gone
+                    # from Ray's /metrics export minutes later (test_serve_http's metrics test).
+                    self.index_metrics.version.set(self._pipeline.engine.version)
             except Exception:  # noqa: BLE001 - a half-visible version is retried on the next poll
                 log.warning("could not load index version %s; still serving %s",
                             IndexStore(self.index_dir).current_version(),
