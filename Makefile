@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 test: lint
-	$(BIN)/pytest tests
+	$(BIN)/pytest tests --durations=30
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit

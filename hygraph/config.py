@@ -20,7 +20,8 @@ from hygraph.errors import ConfigError
 ENV_PREFIX = "HYGRAPH__"
 Device = Literal["auto", "cpu", "cuda"]
 # Retrieval modes (README, Retrieval modes); `dense` is the baseline every evaluation compares against.
-MODES = ("dense", "hybrid", "collapsed", "hypergraph", "hyperbolic", "local", "global", "auto")
+MODES = ("dense", "bm25", "dense+bm25", "hybrid", "ppr", "collapsed", "hypergraph", "hyperbolic", "local", "global",
+         "auto")
 Mode = Literal[MODES]  # type: ignore[valid-type]
 
 

@@ -16,8 +16,7 @@ import numpy as np
 
 from hygraph.backends.llm.base import LLM, Answer
 from hygraph.config import MODES, RetrievalConfig
-from hygraph.core.prompt import NumberedItem
-from hygraph.core.retrieval.context import Context
+from hygraph.core.retrieval.context import Context, ContextItem
 from hygraph.engine import Loaded, QueryEngine
 from hygraph.errors import InputError
 
@@ -50,7 +49,7 @@ class Retrieval:
 
     request: QueryRequest
     context: Context
-    items: list[NumberedItem]
+    items: list[ContextItem]
     version: int
     seconds: dict[str, float] = field(default_factory=dict)  # embed, retrieve
 

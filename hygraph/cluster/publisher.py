@@ -47,10 +47,11 @@ from hygraph.config import HygraphConfig
 from hygraph.core.hyperbolic import from_storage
 from hygraph.errors import BackendError, StoreError, StoreUnavailable
 from hygraph.indexing.online import OnlineLearner, Recalibration, install, observation, retrain
+from hygraph.indexing.stages.hyperbolic import explicit_graph
 from hygraph.indexing.stages.vectors import VectorDelta
 from hygraph.indexing.state import IndexState
 from hygraph.indexing.update import Applied, Applier, LiveIndex, PresentDocuments, fold_jobs
-from hygraph.store.artifacts import ARTIFACTS, CHUNKS, TERMS
+from hygraph.store.artifacts import ARTIFACTS, TERMS
 from hygraph.store.journal import Job, Journal, bounded_error
 from hygraph.store.versions import IndexStore, VersionWriter
 
@@ -441,7 +442,7 @@ class IndexUpdater:
         live = self.load()
         if live.version.manifest.hyperbolic is None:
             return None
-        job = self.learner.recalibration(*_explicit_graph(live))
+        job = self.learner.recalibration(*explicit_graph(live.version))
         self._recal = threading.Thread(target=self._retrain, args=(job,), name="hygraph-recalibration", daemon=True)
         self._recal.start()
         return None
@@ -498,21 +499,3 @@ def _write_changes(w: VersionWriter, state: IndexState) -> None:
     for artifact in state.changed_artifacts():
         rows, dead = state.changes(artifact)
         w.change(state.table(artifact), artifact, rows, dead, state.dims)
-
-
-def _explicit_graph(live: LiveIndex) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Every chunk's id and text embedding and the explicit edges between them, for a full retrain."""
-    chunks = live.version.table(CHUNKS)
-    ids: list[str] = []
-    parts: list[np.ndarray] = []
-    for batch in chunks.batches(["id", "embedding"]):
-        ids.extend(batch.column(0).to_pylist())
-        emb = batch.column(1)
-        # flatten() honours the array's offset; the fixed width shapes an empty segment's batch too.
-        parts.append(emb.flatten().to_numpy(zero_copy_only=False).reshape(len(emb), emb.type.list_size))
-    row = {cid: i for i, cid in enumerate(ids)}
-    edges = []
-    for batch in live.version.table(TERMS).batches(["id", "neighbours"]):
-        for cid, nbs in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
-            edges.extend((row[cid], row[n]) for n in nbs if n in row and row[cid] < row[n])
-    return ids, np.vstack(parts).astype(np.float32), np.array(edges, dtype=np.int64).reshape(-1, 2)

@@ -2,16 +2,16 @@
 
 Sections follow the paper's order, from high-level understanding to detail: community
 summaries, entities, key relations, hyperedge facts (HyperGraphRAG), source passages.
-Items are numbered globally so an answer can cite them; a backend maps NumberedItem
-onto its own context type (the field names match hygraph.backends.llm.base.ContextItem).
+Items are numbered globally so an answer can cite them: the prompt's items are the retrieved
+ContextItems with their `number` set, the same type the LLM roles read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterable, Literal
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
 
-Kind = Literal["summary", "entity", "relation", "hyperedge", "chunk"]
+from hygraph.core.retrieval.context import ContextItem
 
 SECTIONS: dict[str, str] = {
     "summary": "Community summaries",
@@ -41,33 +41,12 @@ _NO_CONTEXT = "(no context retrieved)"
 
 
 @dataclass(frozen=True)
-class PromptItem:
-    """One retrieved piece of context; higher score means more relevant."""
-
-    kind: Kind
-    text: str
-    score: float
-    source_id: str = ""
-
-
-@dataclass(frozen=True)
-class NumberedItem:
-    """A context item as placed in the prompt; `number` is what an answer cites."""
-
-    number: int
-    kind: Kind
-    text: str
-    score: float
-    source_id: str = ""
-
-
-@dataclass(frozen=True)
 class AssembledPrompt:
     """The two chat messages and the numbered items they contain, for citation lookup."""
 
     system: str
     user: str
-    items: tuple[NumberedItem, ...]  # in prompt order, numbers 1..n
+    items: tuple[ContextItem, ...]  # in prompt order, numbers 1..n
 
 
 def _whitespace_tokens(text: str) -> int:
@@ -86,7 +65,7 @@ def _question_line(question: str) -> str:
     return f"Question: {question.strip()}"
 
 
-def render_user(question: str, items: Iterable[NumberedItem]) -> str:
+def render_user(question: str, items: Iterable[ContextItem]) -> str:
     """HyGRAG eq. 23 user message: the numbered sections in order, the question, the instruction."""
     parts = [_CONTEXT_HEAD]
     kind = None
@@ -101,8 +80,8 @@ def render_user(question: str, items: Iterable[NumberedItem]) -> str:
     return "\n\n".join(parts)
 
 
-def _within_budget(question: str, items: list[PromptItem], max_tokens: int | None,
-                   count_tokens: Callable[[str], int]) -> list[PromptItem]:
+def _within_budget(question: str, items: list[ContextItem], max_tokens: int | None,
+                   count_tokens: Callable[[str], int]) -> list[ContextItem]:
     """Keeps the best-scored items that fit; the best passage is admitted first when it fits alone."""
     if max_tokens is None:
         return items
@@ -114,7 +93,7 @@ def _within_budget(question: str, items: list[PromptItem], max_tokens: int | Non
     # Numbers are assigned after trimming; the widest possible one bounds every line's cost.
     widest = len(items)
 
-    def line_cost(it: PromptItem) -> int:
+    def line_cost(it: ContextItem) -> int:
         return count_tokens(_item_line(widest, it.score, it.text))
 
     ranked = sorted(items, key=lambda it: it.score, reverse=True)
@@ -125,7 +104,7 @@ def _within_budget(question: str, items: list[PromptItem], max_tokens: int | Non
                                    + line_cost(best_chunk)) <= max_tokens:
         ranked.remove(best_chunk)
         ranked.insert(0, best_chunk)
-    kept: list[PromptItem] = []
+    kept: list[ContextItem] = []
     sections: set[str] = set()
     for item in ranked:
         extra = line_cost(item)
@@ -141,7 +120,7 @@ def _within_budget(question: str, items: list[PromptItem], max_tokens: int | Non
     return kept
 
 
-def assemble_prompt(question: str, items: Iterable[PromptItem], max_tokens: int | None = None,
+def assemble_prompt(question: str, items: Iterable[ContextItem], max_tokens: int | None = None,
                     count_tokens: Callable[[str], int] = _whitespace_tokens) -> AssembledPrompt:
     """HyGRAG eq. 23: the structured context prompt P(summaries, entities, relations, facts, passages).
 
@@ -159,7 +138,6 @@ def assemble_prompt(question: str, items: Iterable[PromptItem], max_tokens: int 
     kept = _within_budget(question, items, max_tokens, count_tokens)
     order = list(SECTIONS)
     placed = sorted(kept, key=lambda it: (order.index(it.kind), -it.score))
-    numbered = tuple(NumberedItem(i, it.kind, it.text, it.score, it.source_id)
-                     for i, it in enumerate(placed, 1))
+    numbered = tuple(replace(it, number=i) for i, it in enumerate(placed, 1))
     return AssembledPrompt(system=SYSTEM_PROMPT, user=render_user(question, numbered),
                            items=numbered)

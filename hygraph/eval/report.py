@@ -1,7 +1,9 @@
 """Markdown table and PNG chart of an eval result `{"questions", "k", "modes": {...}}` (CONTRACT.md).
 
-Besides the contract keys the header shows `dataset` and `index_version` when the
-result carries them. Every file is written to a temporary sibling and moved into
+Besides the contract keys the header shows `dataset` and `index_version` when the result
+carries them, the table a retrieval p50 column when modes carry `retrieval_p50_ms`, and the
+report a per-question-type section (`by_type`) and recall@1..10 (`recall_curve`, also the
+chart's third panel) when the runner computed them. Every file is written to a temporary sibling and moved into
 place with os.replace, so a crash leaves the previous report or none, never half of one.
 """
 
@@ -19,6 +21,9 @@ from matplotlib.figure import Figure
 # (result key, column and legend label)
 RATE_COLUMNS = (("recall@2", "recall@2"), ("recall@5", "recall@5"), ("em", "EM"), ("f1", "F1"))
 LATENCY_COLUMNS = (("p50_ms", "p50 ms"), ("p95_ms", "p95 ms"))
+RETRIEVAL_COLUMNS = (("retrieval_p50_ms", "retrieval p50 ms"),  # question embedding + retrieval, no answer step
+                     ("retrieve_only_p50_ms", "retrieve-only p50 ms"))  # the retrieval alone
+TYPE_METRICS = (("recall@5", "recall@5"), ("f1", "F1"))
 
 
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
@@ -52,16 +57,34 @@ def _cell(value: float | None, decimals: int) -> str:
     return "–" if value is None else f"{value:.{decimals}f}"
 
 
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1),
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
 def render_markdown(result: dict[str, Any], title: str) -> str:
-    """The report text: title, header line, and one table row per mode."""
-    columns = [label for _, label in RATE_COLUMNS + LATENCY_COLUMNS]
+    """The report text: title, header line, one table row per mode, then the optional sections."""
+    latency = list(LATENCY_COLUMNS)
+    latency += [col for col in RETRIEVAL_COLUMNS if any(col[0] in stats for stats in result["modes"].values())]
+    rows = [[mode, *(_cell(stats.get(key), 4) for key, _ in RATE_COLUMNS),
+             *(_cell(stats.get(key), 1) for key, _ in latency)] for mode, stats in result["modes"].items()]
     lines = [f"# {title}", "", _header(result), "",
-             "| mode | " + " | ".join(columns) + " |",
-             "|---|" + "---:|" * len(columns)]
-    for mode, stats in result["modes"].items():
-        cells = [_cell(stats.get(key), 4) for key, _ in RATE_COLUMNS]
-        cells += [_cell(stats.get(key), 1) for key, _ in LATENCY_COLUMNS]
-        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+             *_table(["mode", *(label for _, label in RATE_COLUMNS + tuple(latency))], rows)]
+    by_type: dict[str, dict[str, dict[str, Any]]] = result.get("by_type") or {}
+    if by_type:
+        types = sorted({t for per_mode in by_type.values() for t in per_mode})
+        counts = {t: next(per[t]["questions"] for per in by_type.values() if t in per) for t in types}
+        for key, label in TYPE_METRICS:
+            lines += ["", f"## {label} by question type", "",
+                      *_table(["mode", *(f"{t} ({counts[t]})" for t in types)],
+                              [[mode, *(_cell(per.get(t, {}).get(key), 4) for t in types)]
+                               for mode, per in by_type.items()])]
+    curve: dict[str, list[float | None]] = result.get("recall_curve") or {}
+    if curve:
+        depth = max(len(c) for c in curve.values())
+        lines += ["", f"## recall@k, k = 1..{depth}", "",
+                  *_table(["mode", *(f"@{k}" for k in range(1, depth + 1))],
+                          [[mode, *(_cell(v, 3) for v in c)] for mode, c in curve.items()])]
     return "\n".join(lines) + "\n"
 
 
@@ -81,16 +104,30 @@ def _grouped_bars(ax: Any, groups: list[str], series: dict[str, list[float]]) ->
 
 
 def render_chart(result: dict[str, Any], title: str) -> Figure:
-    """Quality per mode (recall@2, recall@5, EM, F1 side by side) above latency per mode."""
+    """Quality per mode (recall@2, recall@5, EM, F1 side by side) above latency per mode, and recall@k
+    curves per mode below them when the result has `recall_curve`."""
     modes = list(result["modes"])
     # A missing recall draws as an empty bar rather than hiding the mode.
     rates = {mode: [result["modes"][mode].get(key) or 0.0 for key, _ in RATE_COLUMNS] for mode in modes}
     latencies = {label: [result["modes"][mode][key] for mode in modes] for key, label in LATENCY_COLUMNS}
+    curve: dict[str, list[float | None]] = result.get("recall_curve") or {}
 
     # A bare Figure on the Agg canvas: no pyplot global state, safe off the main thread.
-    fig = Figure(figsize=(max(6.0, 1.2 * len(modes) + 4.0), 8.0), layout="constrained")
+    fig = Figure(figsize=(max(6.0, 1.2 * len(modes) + 4.0), 12.0 if curve else 8.0), layout="constrained")
     FigureCanvasAgg(fig)
-    quality, latency = fig.subplots(2, 1)
+    panels = fig.subplots(3 if curve else 2, 1)
+    quality, latency = panels[0], panels[1]
+    if curve:
+        ax = panels[2]
+        for mode, values in curve.items():
+            ks = [k for k, v in enumerate(values, 1) if v is not None]
+            ax.plot(ks, [v for v in values if v is not None], marker="o", label=mode)
+        ax.set_xticks(range(1, max(len(c) for c in curve.values()) + 1))
+        ax.set_xlabel("k")
+        ax.set_ylabel("recall@k")
+        ax.set_ylim(0.0, 1.0)
+        ax.set_title("Recall@k")
+        ax.legend(fontsize="small", ncol=2)
     _grouped_bars(quality, [label for _, label in RATE_COLUMNS], rates)
     quality.set_ylim(0.0, 1.0)
     quality.set_ylabel("score")

@@ -2,9 +2,9 @@
 
 Stages, in order (each module in indexing/stages/ holds its build and its update): ingest
 (chunk, embed, extract), knowledge, graph, structure (Cleora), vectors (knowledge texts),
-hierarchy, hyperbolic. Everything is validated before anything is written; vectors go into
-collections named after the new version, and a failure drops them and the version's
-segments, so a failed build leaves the previous version serving untouched.
+hierarchy, hyperbolic, lexical (BM25 postings). Everything is validated before anything is
+written; vectors go into collections named after the new version, and a failure drops them and
+the version's segments, so a failed build leaves the previous version serving untouched.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from hygraph.errors import InputError
 from hygraph.indexing.progress import Stages
 from hygraph.runtime import init_ray
 from hygraph.indexing.stages import graph as graph_stage
-from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, structure, vectors
+from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, lexical, structure, vectors
 from hygraph.model import Document, TripleRecord, load_corpus, load_triples
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, HYPERPLANES, PARENTS,
-                                     RELATIONS, SUMMARIES, TERMS, ChunkRow, DocumentRow)
+                                     RELATIONS, SUMMARIES, TERMS, Artifact, ChunkRow, DocumentRow, PostingsRow)
 from hygraph.store.manifest import HierarchyInfo, HyperbolicInfo, Manifest
 from hygraph.store.versions import IndexStore
 
@@ -68,6 +68,9 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
     built = _Built(docs, ing)
     if graph:
         _build_graph_stages(cfg, built, records, kg, stages, cache_dir, usage)
+    with stages.stage("lexical"):
+        built.lexical = lexical.build(built.chunk_ids, [c.text for c in ing.chunks],
+                                      built.graph.entity_ids if built.graph is not None else None)
     vs = vectorstore.connect(cfg.vector_store, index_dir)
     writer: vectors.CollectionWriter | None = None
     try:
@@ -119,6 +122,7 @@ class _Built:
         self.vecs: dict[str, np.ndarray] = {}
         self.hier: hierarchy.HierarchyResult | None = None
         self.hyp: hyperbolic.Trained | None = None
+        self.lexical: dict[Artifact[PostingsRow], list[PostingsRow]] = {}
 
     def write_vectors(self, writer: vectors.CollectionWriter) -> None:
         writer.write("chunks", self.chunk_ids, self.ing.embeddings)
@@ -145,6 +149,8 @@ class _Built:
         w.replace(DOCUMENTS, [DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ()))) for d in self.docs],
                   dims)
         w.replace(CHUNKS, chunk_rows, dims)
+        for artifact, rows in self.lexical.items():
+            w.replace(artifact, rows, dims)
         counts = {"documents": len(self.docs), "chunks": len(chunk_rows), "entities": 0, "relations": 0,
                   "hyperedges": 0, "summaries": 0}
         manifest = Manifest(embedder_model=cfg.embedder.model, dims=dims, graph=self.kb is not None, counts=counts)

@@ -1,8 +1,8 @@
 """Apply a batch of journal jobs to the live index without a rebuild (ARCHITECTURE.md §7).
 
 The same stages as the build, each with its update step, in the build's order: ingest the new
-documents, then knowledge, graph, structure, vectors, hierarchy (possibly deferred), hyperbolic.
-Every step reads and writes through one `IndexState`, so the result is exactly the rows that
+documents, then knowledge, graph, structure, vectors, hierarchy (possibly deferred), hyperbolic,
+lexical (BM25). Every step reads and writes through one `IndexState`, so the result is exactly the rows that
 changed (the next version's delta segments) and the vector rows to upsert and retire.
 """
 
@@ -18,7 +18,7 @@ from hygraph.backends.embedder import Embedder
 from hygraph.backends.llm.base import LLM
 from hygraph.config import HygraphConfig
 from hygraph.indexing.stages import graph as graph_stage
-from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, structure, vectors
+from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, lexical, structure, vectors
 from hygraph.indexing.stages.hierarchy_layers import LayerIndex
 from hygraph.indexing.stages.hyperbolic import TermIndex
 from hygraph.indexing.state import IndexState
@@ -163,6 +163,8 @@ class Applier:
             hyperbolic.update(state, self.cfg.hyperbolic, live.terms, new_ids, [c.text for c in ing.chunks],
                               ing.embeddings, removed_ids, points, all_points, delta)
             delta.retire("hyperbolic", sorted(set(removed_ids) - set(new_ids)))
+        lexical.update(state, removed_ids, new_ids, [c.text for c in ing.chunks],
+                       [*kc.new_entities, *kc.removed_entities])
         self._counts(state)
         stats = {"documents_added": len(new_docs), "documents_removed": len(batch.remove),
                  "chunks_added": len(new_ids), "chunks_removed": len(removed_ids),

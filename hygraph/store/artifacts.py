@@ -211,6 +211,17 @@ class TermsRow:
     neighbours: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class PostingsRow:
+    """One document's BM25 postings (core/lexical.py): its distinct analyzed terms in first-seen order, and how
+    often each occurs. Corpus statistics are not stored: they follow from the rows when a version is read, so
+    adding or removing a document writes its row alone."""
+
+    id: str  # chunk id, or entity id (the normalized name, which is what is analyzed)
+    terms: tuple[str, ...]
+    counts: np.ndarray  # int64, one per term
+
+
 DOCUMENTS = Artifact("documents", DocumentRow, _columns(DocumentRow, dict(id=S, title=S, text=S, chunks=SS)))
 CHUNKS = Artifact("chunks", ChunkRow, _columns(ChunkRow, dict(
     id=S, doc_id=S, ordinal=I, text=S, n_tokens=I, title=S, entities=SS, relations=SS, hyperedges=SS,
@@ -229,6 +240,9 @@ SUMMARIES = Artifact("summaries", SummaryRow, _columns(SummaryRow, dict(
 PARENTS = Artifact("parents", ParentsRow, _columns(ParentsRow, dict(id=S, summaries=SS)))
 HYPERPLANES = Artifact("hyperplanes", HyperplanesRow, _columns(HyperplanesRow, dict(id=S, planes=FS, k=I, dim=I)))
 TERMS = Artifact("terms", TermsRow, _columns(TermsRow, dict(id=S, terms=SS, neighbours=SS)))
+LEXICAL_CHUNKS = Artifact("lexical_chunks", PostingsRow, _columns(PostingsRow, dict(id=S, terms=SS, counts=IS)))
+LEXICAL_ENTITIES = Artifact("lexical_entities", PostingsRow, _columns(PostingsRow, dict(id=S, terms=SS, counts=IS)))
 
 ARTIFACTS: dict[str, Artifact[Any]] = {a.name: a for a in (
-    DOCUMENTS, CHUNKS, ENTITIES, RELATIONS, HYPEREDGES, GRAPH, SUMMARIES, PARENTS, HYPERPLANES, TERMS)}
+    DOCUMENTS, CHUNKS, ENTITIES, RELATIONS, HYPEREDGES, GRAPH, SUMMARIES, PARENTS, HYPERPLANES, TERMS,
+    LEXICAL_CHUNKS, LEXICAL_ENTITIES)}

@@ -1,20 +1,34 @@
 """A version -> the IndexView that retrieval strategies read: read-only mappings over its mapped segments.
 
-Nothing is copied into the process: every lookup decodes one value from the memory-mapped
-columns, so Retriever replicas on one node share the version's pages, and loading a version
-costs the time to map its segments, not to read them. A summary's leaves are derived from
+Lookups copy nothing into the process: each decodes one value from the memory-mapped columns,
+so Retriever replicas on one node share the version's pages. A summary's leaves are derived from
 its children on demand (iterated in sorted order, tested with `in` by walking up its parents),
 so no version stores the large leaf lists of the upper layers.
+
+Two structures are whole-collection by nature and are derived in memory when a version is
+loaded, in Arrow and numpy over the mapped columns: the BM25 indexes (corpus statistics span
+every document; the stored rows are per document so that an update writes only its own) and
+the hybrid graph with its PageRank walk (a power iteration touches every node).
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import scipy.sparse as sp
+
+from hygraph.core.graph import HybridGraph
+from hygraph.core.lexical import LexicalIndex
+from hygraph.core.retrieval.propagation import walk_for
 from hygraph.core.retrieval.view import IndexView
-from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, HYPEREDGES, PARENTS, RELATIONS, SUMMARIES, TERMS,
-                                     Artifact)
+from hygraph.errors import StoreError
+from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, LEXICAL_CHUNKS, LEXICAL_ENTITIES,
+                                     NODE_CHUNK, NODE_ENTITY, NODE_HYPEREDGE, PARENTS, RELATIONS, SUMMARIES, TERMS,
+                                     Artifact, PostingsRow)
 from hygraph.store.table import Table
 from hygraph.store.versions import Version
 
@@ -145,11 +159,65 @@ def _col(version: Version, artifact: Artifact[Any], column: str) -> ColumnMap[An
     return ColumnMap(version.table(artifact), column)
 
 
+def _arrays(version: Version, artifact: Artifact[Any], columns: Sequence[str]) -> list[pa.Array]:
+    """Whole columns of the live rows, one array each (a whole-collection read)."""
+    schema = artifact.schema(version.manifest.dims)
+    batches = list(version.table(artifact).batches(columns))
+    return [pa.chunked_array([b.column(i) for b in batches], schema.field(name).type).combine_chunks()
+            for i, name in enumerate(columns)]
+
+
+def lexical_index(version: Version, artifact: Artifact[PostingsRow]) -> LexicalIndex:
+    """The BM25 index of the stored postings: terms numbered in first-seen order over the rows, as
+    core.lexical.build numbers them, so scores equal those of a build over the same documents."""
+    ids, terms, counts = _arrays(version, artifact, ("id", "terms", "counts"))
+    encoded = pc.dictionary_encode(terms.flatten())
+    indptr = np.concatenate([[0], np.cumsum(terms.value_lengths().to_numpy(), dtype=np.int64)])
+    # Arrow's buffers are read-only; the index arrays are copied so that the rows' terms can be sorted in place.
+    matrix = sp.csr_matrix((counts.flatten().to_numpy().astype(np.float32), encoded.indices.to_numpy().copy(), indptr),
+                           shape=(len(ids), len(encoded.dictionary)))
+    matrix.sort_indices()
+    return LexicalIndex(tuple(ids.to_pylist()), tuple(encoded.dictionary.to_pylist()), matrix)
+
+
+def _positions(values: pa.Array, nodes: pa.Array, what: str) -> np.ndarray:
+    found = pc.index_in(values, value_set=nodes)
+    if found.null_count:  # the graph stage writes both ends of every edge; a miss is a damaged version
+        raise StoreError(f"{what} names a node the graph artifact does not hold")
+    return found.to_numpy().astype(np.int64)
+
+
+def _graph(version: Version) -> HybridGraph:
+    """The hybrid graph of the stored neighbour lists, nodes ordered as a build orders them (chunks, then
+    entities and hyperedges sorted by id), with its relations."""
+    ids, kinds, neighbours = _arrays(version, GRAPH, ("id", "kind", "neighbours"))
+    node_ids = np.asarray(ids.to_pylist(), dtype=object)
+    kind = kinds.to_numpy()
+    chunk_ids = list(node_ids[kind == NODE_CHUNK])
+    entity_ids = sorted(node_ids[kind == NODE_ENTITY])
+    hyperedge_ids = sorted(node_ids[kind == NODE_HYPEREDGE])
+    nodes = pa.array(chunk_ids + entity_ids + hyperedge_ids, pa.large_string())
+    src = np.repeat(_positions(ids, nodes, "a graph row"), neighbours.value_lengths().to_numpy())
+    dst = _positions(neighbours.flatten(), nodes, "a neighbour list")
+    rel_ids, heads, tails = _arrays(version, RELATIONS, ("id", "head", "tail"))
+    return HybridGraph.from_arrays({
+        "chunk_ids": chunk_ids, "entity_ids": entity_ids, "hyperedge_ids": hyperedge_ids, "edge_src": src,
+        "edge_dst": dst, "relation_ids": rel_ids.to_pylist(),
+        "relation_heads": _positions(heads, nodes, "a relation head"),
+        "relation_tails": _positions(tails, nodes, "a relation tail")})
+
+
 def load_view(version: Version) -> IndexView:
     view = IndexView(version=version.version, chunk_text=_col(version, CHUNKS, "text"),
                      chunk_doc=_col(version, CHUNKS, "doc_id"), titles=_col(version, DOCUMENTS, "title"))
+    if version.has(LEXICAL_CHUNKS):
+        view.chunk_lexical = lexical_index(version, LEXICAL_CHUNKS)
     if not version.has(ENTITIES):
         return view
+    if version.has(LEXICAL_ENTITIES):
+        view.entity_lexical = lexical_index(version, LEXICAL_ENTITIES)
+    view.graph = _graph(version)
+    view.walk = walk_for(view.graph, view.chunk_doc, view.titles)
     view.entity_name = _col(version, ENTITIES, "name")
     view.entity_desc = _col(version, ENTITIES, "description")
     view.entity_score = _col(version, ENTITIES, "score")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hygraph.config import MODES
-from hygraph.store.artifacts import ENTITIES, GRAPH, HYPERPLANES, RELATIONS
+from hygraph.store.artifacts import CHUNKS, ENTITIES, GRAPH, HYPERPLANES, LEXICAL_CHUNKS, LEXICAL_ENTITIES, RELATIONS
 from hygraph.store.versions import IndexStore
 from tests.index_tables import chunks_of, leaves
 from tests.integration.conftest import DATA, cli_env, last_json, run_cli
@@ -25,7 +25,8 @@ def test_graph_index_has_every_part(built_index):
     assert set(stats["edges"]) == {"chunk_chunk", "entity_entity", "entity_chunk", "hyperedge_entity",
                                    "hyperedge_chunk"}
     assert sum(stats["segments_per_layer"].values()) == out["summaries"]
-    for stage in ("chunk+embed+extract", "hybrid graph", "cleora", "hierarchy", "hyperbolic", "write vectors"):
+    for stage in ("chunk+embed+extract", "hybrid graph", "cleora", "hierarchy", "hyperbolic", "lexical",
+                  "write vectors"):
         assert stage in stats["seconds_per_stage"]
     version = IndexStore(index_dir).open()
     assert set(version.manifest.collections) == {"chunks", "entities", "relations", "hyperedges", "summaries",
@@ -37,6 +38,9 @@ def test_graph_index_has_every_part(built_index):
     neighbours = dict(zip(graph.values("id"), graph.values("neighbours")))
     assert all(node in neighbours[other] for node, nbs in neighbours.items() for other in nbs)
     assert sum(len(nbs) for nbs in neighbours.values()) == 2 * sum(stats["edges"].values())
+    # The BM25 postings: a row per chunk and per entity.
+    assert sorted(version.table(LEXICAL_CHUNKS).values("id")) == sorted(version.table(CHUNKS).values("id"))
+    assert sorted(version.table(LEXICAL_ENTITIES).values("id")) == sorted(version.table(ENTITIES).values("id"))
 
 
 def test_every_mode_answers_through_eval(built_index, hotpot_subset):
@@ -64,7 +68,9 @@ def test_auto_records_the_route(built_index):
     index_dir, _ = built_index
     res = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "auto",
                             "What are the main themes across these documents?"))
-    assert res["context"]["notes"]["route"] in ("local", "global")
+    # a question about the whole collection is typed `corpus` and answered by global search
+    assert res["context"]["notes"]["route"] == "corpus"
+    assert res["context"]["notes"]["routed_mode"] == "global"
 
 
 def test_triples_import_builds_the_graph_from_them(tmp_path):

@@ -18,6 +18,7 @@ from hygraph.config import MODES, load_config
 from hygraph.core.hyperbolic import from_storage, init_from_text, poincare_distance
 from hygraph.engine import QueryEngine
 from hygraph.pipeline import QueryPipeline, QueryRequest
+from hygraph.store.artifacts import LEXICAL_CHUNKS
 from hygraph.store.journal import Journal
 from hygraph.store.versions import IndexStore
 from tests.index_tables import chunk_ids, chunks_of, doc_ids, leaves, summaries
@@ -56,6 +57,10 @@ def test_insert_then_delete_touch_only_what_changed(built_index, tmp_path):
     for doc in docs:
         hit = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "dense", doc["title"]))
         assert hit["index_version"] == out["version"] and hit["passages"][0]["id"] == doc["id"]
+        # the BM25 postings took the new chunks in with the version
+        hit = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "bm25", doc["title"]))
+        assert hit["index_version"] == out["version"] and hit["passages"][0]["id"] == doc["id"]
+    assert sorted(IndexStore(index_dir).open().table(LEXICAL_CHUNKS).values("id")) == sorted(chunk_ids(index_dir))
 
     gone = docs[0]
     deleted = last_json(run_cli("delete", "--index-dir", str(index_dir), "--ids", f"{gone['id']},no-such-doc"))

@@ -45,7 +45,7 @@ def chunk(doc: Document) -> Chunk:
 
 
 def context(*docs: Document) -> list[ContextItem]:
-    return [ContextItem(i, "chunk", d.full_text, 1.0, d.id) for i, d in enumerate(docs, 1)]
+    return [ContextItem(d.id, "chunk", d.full_text, 1.0, (d.id,), number=i) for i, d in enumerate(docs, 1)]
 
 
 def test_make_llm_builds_the_extractive_backend():
@@ -139,6 +139,64 @@ def test_answer_picks_the_supporting_sentence_and_a_typed_span():
     assert what.text in TEUTBERGA.text and "queen of Lotharingia" in what.text
 
 
+MAN_IN_TRUNK = Document.make(
+    "The Man in the Trunk is a 1942 American comedy film directed by Malcolm St. Clair.",
+    id="t-trunk", title="The Man in the Trunk")
+ST_CLAIR = Document.make(
+    "Malcolm St. Clair (May 17, 1897 – June 1, 1952) was an American film director.",
+    id="t-stclair", title="Malcolm St. Clair")
+
+
+def test_comparison_picks_the_option_with_the_earlier_stated_date():
+    llm = ExtractiveLLM()
+    ctx = context(RARE_BIRD, MAN_IN_TRUNK, TEUTBERGA)
+    ans = llm.answer("Which film came out first, A Rare Bird or The Man In The Trunk?", ctx)
+    assert ans.text == "A Rare Bird" and ans.citations == (1, 2)  # 1935 before 1942
+    later = llm.answer("Which film came out later, A Rare Bird or The Man In The Trunk?", ctx)
+    assert later.text == "The Man In The Trunk"
+
+
+def test_comparison_follows_the_role_to_the_persons_dates():
+    llm = ExtractiveLLM()
+    ctx = context(RARE_BIRD, MAN_IN_TRUNK, POTTIER, ST_CLAIR)
+    # Pottier died 2 November 1994, St. Clair 1 June 1952
+    died = llm.answer("Which film has the director who died first, A Rare Bird or The Man In The Trunk?", ctx)
+    assert died.text == "The Man In The Trunk" and died.citations == (1, 2, 3, 4)  # each option's two hops
+    # Pottier was born 6 June 1906, St. Clair May 17, 1897
+    born = llm.answer("Which film has the director born later, A Rare Bird or The Man In The Trunk?", ctx)
+    assert born.text == "A Rare Bird" and born.citations == (1, 2, 3, 4)
+
+
+def test_comparison_without_a_date_for_both_options_guesses_nothing():
+    llm = ExtractiveLLM()
+    ans = llm.answer("Which film came out first, A Rare Bird or Land Of Peace?", context(RARE_BIRD, TEUTBERGA))
+    assert ans.text not in ("A Rare Bird", "Land Of Peace")
+
+
+def test_yes_no_over_two_named_things():
+    llm = ExtractiveLLM()
+    ctx = context(RARE_BIRD, MAN_IN_TRUNK, POTTIER, ST_CLAIR)
+    assert llm.answer("Are A Rare Bird and The Man In The Trunk both comedy films?", ctx).text == "yes"
+    assert llm.answer("Are A Rare Bird and The Man In The Trunk both French films?", ctx).text == "no"
+    same = llm.answer("Are A Rare Bird and The Man In The Trunk from the same country?", ctx)
+    assert same.text == "no" and same.citations == (1, 2)  # "French" against "American"
+    # a role is followed to the people: Austrian-born French against American
+    people = llm.answer("Do director of film A Rare Bird and director of film The Man In The Trunk share the same "
+                        "nationality?", ctx)
+    assert people.text == "no" and people.citations == (3, 4)
+    # without the second thing's passage there is no yes/no to give
+    assert llm.answer("Are A Rare Bird and Land Of Peace both comedy films?", ctx).text not in ("yes", "no")
+
+
+def test_a_second_hops_passage_subject_can_be_the_answer():
+    falls = Document.make("Victoria Falls is a waterfall in southern Africa on the Zambezi River at the border of "
+                          "Zambia and Zimbabwe.", id="t-falls", title="Victoria Falls")
+    river = Document.make("The Bubye River is a river in Zimbabwe.", id="t-bubye", title="Bubye River")
+    ans = ExtractiveLLM().answer("What is the name of the waterfall in the country where the Bubye River is found?",
+                                 context(river, falls))
+    assert ans.text == "Victoria Falls" and ans.citations == (1, 2)
+
+
 def test_answer_insufficient_when_nothing_overlaps():
     llm = ExtractiveLLM()
     ans = llm.answer("What is the boiling point of mercury?", context(TEUTBERGA, RARE_BIRD))
@@ -156,12 +214,19 @@ def test_decompose_names_the_bridge_entity_first():
 
 
 @pytest.mark.parametrize("question, route", [
-    ("What are the main themes of this collection?", "global"),
-    ("Summarize the corpus.", "global"),
-    ("what are the overall trends across these documents?", "global"),
-    ("Where did the director of film A Rare Bird die?", "local"),
-    ("What are the main themes of A Rare Bird?", "local"),  # names an entity
-    ("When did Teutberga die?", "local"),
+    ("What are the main themes of this collection?", "corpus"),
+    ("Summarize the corpus.", "corpus"),
+    ("what are the overall trends across these documents?", "corpus"),
+    ("Where did the director of film A Rare Bird die?", "bridge"),
+    ("Where did Princess Pilar Of Bavaria's mother die?", "bridge"),
+    ("Who directed the film that was shot in or around Leland, North Carolina in 1986", "bridge"),
+    ("Which film came out first, Toto And Cleopatra or Land Of Peace?", "comparison"),
+    ("Which band was formed first The Exies or Circus Diablo ?", "comparison"),
+    ("Are Christopher Nolan and Sathish Kalathil both film directors?", "comparison"),
+    ("What are the main themes of A Rare Bird?", "bridge"),  # names an entity: not about the corpus
+    ("When did Teutberga die?", "entity"),
+    ("Where was Teutberga's husband born?", "bridge"),
+    ("When was Teutberga's birth?", "entity"),  # an attribute of what it names
 ])
 def test_route_rule(question, route):
     assert ExtractiveLLM().route(question) == route
@@ -197,6 +262,17 @@ def test_deterministic_and_usage_counted_per_item():
     a.route("When did Teutberga die?")
     assert a.usage.calls() == {"extract": 3, "summarize": 2, "decompose": 1, "answer": 1, "route": 1}
     assert question_entities("When did Teutberga die?") == {"teutberga"}
+
+
+def test_answer_usage_counts_the_words_read_and_written():
+    llm = ExtractiveLLM()
+    items = context(TEUTBERGA, LAMBERT)
+    ans = llm.answer("When did Teutberga die?", items)
+    role = llm.usage.roles["answer"]
+    assert role.prompt_tokens == 4 + len(TEUTBERGA.full_text.split()) + len(LAMBERT.full_text.split())
+    assert role.completion_tokens == len(ans.text.split()) > 0
+    list(llm.answer_stream("When did Teutberga die?", items))
+    assert llm.usage.calls()["answer"] == 2 and role.completion_tokens == 2 * len(ans.text.split())
 
 
 def test_extract_speed_on_real_corpus():

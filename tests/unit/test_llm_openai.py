@@ -133,9 +133,9 @@ def test_extract_parses_json_into_records(endpoint, tmp_path, key):
 
 
 def test_retry_after_malformed_reply(endpoint, tmp_path, key):
-    endpoint.replies = [{"content": "{not json"}, content({"route": "sideways"}), content({"route": "global"})]
+    endpoint.replies = [{"content": "{not json"}, content({"route": "sideways"}), content({"route": "corpus"})]
     llm = make(endpoint, tmp_path)
-    assert llm.route("What are the main themes?") == "global"
+    assert llm.route("What are the main themes?") == "corpus"
     assert len(endpoint.requests) == 3
     usage = llm.usage.roles["route"]
     assert (usage.calls, usage.prompt_tokens, usage.completion_tokens) == (3, 33, 21)
@@ -192,7 +192,7 @@ def test_client_errors_are_not_retried_and_the_key_never_shows(endpoint, tmp_pat
 
 
 def test_timeout(endpoint, tmp_path, key):
-    endpoint.replies = [{"delay": 1.5, **content({"route": "local"})}]
+    endpoint.replies = [{"delay": 1.5, **content({"route": "entity"})}]
     llm = make(endpoint, tmp_path, timeout_s=0.2, max_retries=0)
     start = time.perf_counter()
     with pytest.raises(BackendError, match="timed out after 0.2 s"):
@@ -203,7 +203,8 @@ def test_timeout(endpoint, tmp_path, key):
 def test_answer_summary_and_concurrent_batches(endpoint, tmp_path, key):
     endpoint.replies = [content({"answer": "Lothair II", "citations": [2, 9]})]
     llm = make(endpoint, tmp_path, concurrency=4, summary_max_tokens=16)
-    ctx = [ContextItem(1, "summary", "Lotharingia.", 0.5), ContextItem(2, "chunk", TEUTBERGA, 0.9, "d1")]
+    ctx = [ContextItem("L1:0", "summary", "Lotharingia.", 0.5, number=1),
+           ContextItem("d1:0", "chunk", TEUTBERGA, 0.9, ("d1",), number=2)]
     ans = llm.answer("Whom did Teutberga marry?", ctx)
     assert ans.text == "Lothair II" and ans.citations == (2,)  # item 9 does not exist
     system, user = (m["content"] for m in endpoint.requests[0]["messages"])

@@ -2,7 +2,8 @@ import re
 
 import pytest
 
-from hygraph.core.prompt import INSUFFICIENT, PromptItem, assemble_prompt
+from hygraph.core.prompt import INSUFFICIENT, assemble_prompt
+from hygraph.core.retrieval.context import ContextItem
 
 
 def tokens(text: str) -> int:
@@ -14,13 +15,13 @@ def prompt_tokens(prompt) -> int:
 
 
 ITEMS = [
-    PromptItem("chunk", "Passage about Prague Castle.", 0.90, "doc-1"),
-    PromptItem("entity", "Prague Castle", 0.70, "prague castle"),
-    PromptItem("summary", "Community of Czech landmarks.", 0.50, "L1:0"),
-    PromptItem("relation", "jan klapac born in prague", 0.60, "rel-1"),
-    PromptItem("hyperedge", "Klapac was born in Prague in 1941.", 0.65, "he-1"),
-    PromptItem("chunk", "Passage about Jan Klapac.", 0.95, "doc-2"),
-    PromptItem("summary", "Community of Czech athletes.", 0.80, "L1:1"),
+    ContextItem("doc-1", "chunk", "Passage about Prague Castle.", 0.90),
+    ContextItem("prague castle", "entity", "Prague Castle", 0.70),
+    ContextItem("L1:0", "summary", "Community of Czech landmarks.", 0.50),
+    ContextItem("rel-1", "relation", "jan klapac born in prague", 0.60),
+    ContextItem("he-1", "hyperedge", "Klapac was born in Prague in 1941.", 0.65),
+    ContextItem("doc-2", "chunk", "Passage about Jan Klapac.", 0.95),
+    ContextItem("L1:1", "summary", "Community of Czech athletes.", 0.80),
 ]
 
 
@@ -28,7 +29,7 @@ def test_sections_follow_the_paper_order_and_items_rank_within_a_section():
     prompt = assemble_prompt("Where was Jan Klapac born?", ITEMS)
     assert [it.kind for it in prompt.items] == [
         "summary", "summary", "entity", "relation", "hyperedge", "chunk", "chunk"]
-    assert [it.source_id for it in prompt.items if it.kind == "chunk"] == ["doc-2", "doc-1"]
+    assert [it.id for it in prompt.items if it.kind == "chunk"] == ["doc-2", "doc-1"]
     headers = [line for line in prompt.user.splitlines() if line.startswith("## ")]
     assert headers == ["## Community summaries", "## Entities", "## Key relations",
                        "## Hyperedge facts", "## Source passages"]
@@ -58,15 +59,15 @@ def test_empty_context_still_carries_the_instruction():
 
 
 def ranked_ids(items) -> list[str]:
-    return [it.source_id for it in sorted(items, key=lambda it: it.score, reverse=True)]
+    return [it.id for it in sorted(items, key=lambda it: it.score, reverse=True)]
 
 
 def test_budget_drops_lowest_scored_items_first_across_sections():
     full = prompt_tokens(assemble_prompt("q?", ITEMS))
     # 8 tokens over: the 0.50 summary line (7) is not enough, so the 0.60 relation and its header go too
     prompt = assemble_prompt("q?", ITEMS, max_tokens=full - 8)
-    assert {it.source_id for it in prompt.items} == set(ranked_ids(ITEMS)[:5])
-    assert {"L1:0", "rel-1"}.isdisjoint(it.source_id for it in prompt.items)
+    assert {it.id for it in prompt.items} == set(ranked_ids(ITEMS)[:5])
+    assert {"L1:0", "rel-1"}.isdisjoint(it.id for it in prompt.items)
     assert [it.number for it in prompt.items] == [1, 2, 3, 4, 5]
 
 
@@ -74,7 +75,7 @@ def test_budget_is_respected_and_trims_strictly_by_score_at_every_size():
     full = prompt_tokens(assemble_prompt("q?", ITEMS))
     for budget in range(full + 1):
         prompt = assemble_prompt("q?", ITEMS, max_tokens=budget)
-        kept = {it.source_id for it in prompt.items}
+        kept = {it.id for it in prompt.items}
         assert kept == set(ranked_ids(ITEMS)[:len(kept)])
         if kept:
             assert prompt_tokens(prompt) <= budget
@@ -83,7 +84,7 @@ def test_budget_is_respected_and_trims_strictly_by_score_at_every_size():
 
 def test_an_item_that_does_not_fit_is_dropped_whole():
     long_text = " ".join(f"w{i}" for i in range(50))
-    items = [PromptItem("chunk", long_text, 0.9, "doc-1"), PromptItem("entity", "Prague", 0.5, "e")]
+    items = [ContextItem("doc-1", "chunk", long_text, 0.9), ContextItem("e", "entity", "Prague", 0.5)]
     base = prompt_tokens(assemble_prompt("q?", []))
     prompt = assemble_prompt("q?", items, max_tokens=base + 30)
     # the lower-scored entity would fit, but trimming never skips over a better item
@@ -96,23 +97,23 @@ def test_an_item_that_does_not_fit_is_dropped_whole():
 
 def test_best_passage_is_kept_ahead_of_higher_scored_other_kinds():
     items = [
-        PromptItem("summary", " ".join(["s"] * 40), 0.99, "L1:0"),
-        PromptItem("chunk", "The answer is here.", 0.40, "doc-1"),
-        PromptItem("chunk", "Another passage.", 0.30, "doc-2"),
+        ContextItem("L1:0", "summary", " ".join(["s"] * 40), 0.99),
+        ContextItem("doc-1", "chunk", "The answer is here.", 0.40),
+        ContextItem("doc-2", "chunk", "Another passage.", 0.30),
     ]
     base = prompt_tokens(assemble_prompt("q?", []))
     prompt = assemble_prompt("q?", items, max_tokens=base + 15)
-    assert [it.source_id for it in prompt.items] == ["doc-1"]
+    assert [it.id for it in prompt.items] == ["doc-1"]
 
 
 def test_oversized_best_passage_gives_way_to_higher_scored_items_that_fit():
     items = [
-        PromptItem("chunk", " ".join(["w"] * 100), 0.9, "doc-1"),
-        PromptItem("entity", "Prague", 0.95, "prague"),
+        ContextItem("doc-1", "chunk", " ".join(["w"] * 100), 0.9),
+        ContextItem("prague", "entity", "Prague", 0.95),
     ]
     base = prompt_tokens(assemble_prompt("q?", []))
     prompt = assemble_prompt("q?", items, max_tokens=base + 10)
-    assert [it.source_id for it in prompt.items] == ["prague"]
+    assert [it.id for it in prompt.items] == ["prague"]
 
 
 def test_custom_token_counter_is_used():
@@ -123,4 +124,4 @@ def test_custom_token_counter_is_used():
 
 def test_unknown_kind_is_rejected():
     with pytest.raises(ValueError, match="unknown context kind"):
-        assemble_prompt("q?", [PromptItem("table", "x", 1.0)])  # type: ignore[arg-type]
+        assemble_prompt("q?", [ContextItem("x", "table", "x", 1.0)])  # type: ignore[arg-type]

@@ -74,3 +74,21 @@ def test_crash_mid_write_keeps_the_previous_report(tmp_path, monkeypatch):
         write_chart(RESULT, path, "after")
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["eval.png"]
+
+
+def test_report_sections_for_types_curve_and_retrieval_latency(tmp_path):
+    result = {**RESULT,
+              "modes": {m: {**s, "retrieval_p50_ms": 10.0} for m, s in RESULT["modes"].items()},
+              "by_type": {"dense": {"bridge": {"recall@5": 0.5, "f1": 0.2, "questions": 3},
+                                    "comparison": {"recall@5": 0.75, "f1": 0.4, "questions": 1}},
+                          "hybrid": {"bridge": {"recall@5": 0.6, "f1": 0.3, "questions": 3}}},
+              "recall_curve": {"dense": [0.1, 0.2, 0.3], "hybrid": [0.2, 0.4, None]}}
+    text = write_markdown(result, tmp_path / "eval.md", "t").read_text(encoding="utf-8")
+    assert "| mode | recall@2 | recall@5 | EM | F1 | p50 ms | p95 ms | retrieval p50 ms |" in text
+    assert "| dense | 0.4123 | 0.5561 | 0.2100 | 0.3012 | 12.3 | 40.0 | 10.0 |" in text
+    assert "## recall@5 by question type" in text and "## F1 by question type" in text
+    assert "| mode | bridge (3) | comparison (1) |" in text
+    assert "| hybrid | 0.6000 | – |" in text  # no comparison question answered by hybrid
+    assert "| mode | @1 | @2 | @3 |" in text and "| hybrid | 0.200 | 0.400 | – |" in text
+    png = write_chart(result, tmp_path / "eval.png", "t").read_bytes()
+    assert png.startswith(PNG_MAGIC)

@@ -1,4 +1,5 @@
-"""Graph retrieval strategies (hybrid, collapsed, local, global, auto) on a hand-made index.
+"""Graph retrieval strategies (hybrid, ppr, the baselines, collapsed, local, global, auto's routes) on a hand-made
+index.
 
 The question is two-hop: "Who is the spouse of the director of Film X?". Film X's passage names
 the director, Dan Smith; Dan Smith's passage names the spouse but shares few words with the
@@ -14,11 +15,21 @@ import math
 import numpy as np
 import pytest
 
+from hygraph.core.graph import build_hybrid_graph
+from hygraph.core.lexical import analyze
+from hygraph.core.lexical import build as bm25_index
 from hygraph.core.retrieval.collapsed import collapsed
 from hygraph.core.retrieval.context import Context
 from hygraph.core.retrieval.dense import dense
+from hygraph.core.retrieval.fusion import rrf
 from hygraph.core.retrieval.hybrid import hybrid, select_relations
-from hygraph.core.retrieval.local_global import auto, global_, local
+from hygraph.core.retrieval.lexical import bm25, dense_bm25
+from hygraph.core.retrieval.linking import FUZZY_WEIGHT, NAMED_WEIGHT, fuzzy_entity, link_entities, named_entities
+from hygraph.core.retrieval.local_global import global_, local
+from hygraph.core.retrieval.routing import ROUTES, routed_mode
+from hygraph.config import MODES
+from hygraph.core.retrieval.ppr import ppr
+from hygraph.core.retrieval.propagation import RELATION_SEEDS, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
 
 QUESTION = "Who is the spouse of the director of Film X?"
@@ -85,10 +96,14 @@ def make_view() -> IndexView:
     for rid, (head, _, tail, *_rest) in RELATIONS.items():
         for eid in (head, tail):
             entity_relations.setdefault(eid, []).append(rid)
+    mentions = {cid: [eid for eid, (_, _, chunks) in ENTITIES.items() if cid in chunks] for cid in CHUNKS}
+    graph = build_hybrid_graph(list(CHUNKS), [mentions[cid] for cid in CHUNKS],
+                               [(h, t, rid) for rid, (h, _, t, *_rest) in RELATIONS.items()], [])
+    chunk_doc = {cid: cid.split(":")[0] for cid in CHUNKS}
     return IndexView(
         version=1,
         chunk_text={cid: text for cid, (text, _) in CHUNKS.items()},
-        chunk_doc={cid: cid.split(":")[0] for cid in CHUNKS},
+        chunk_doc=chunk_doc,
         titles=TITLES,
         entity_name={eid: name for eid, (name, _, _) in ENTITIES.items()},
         entity_desc={"film x": "a 1999 drama"},
@@ -101,6 +116,10 @@ def make_view() -> IndexView:
         summary_layer={sid: row[1] for sid, row in SUMMARIES.items()},
         summary_children={sid: row[2] for sid, row in SUMMARIES.items()},
         summary_leaves={sid: row[3] for sid, row in SUMMARIES.items()},
+        chunk_lexical=bm25_index(list(CHUNKS), [analyze(text) for text, _ in CHUNKS.values()]),
+        entity_lexical=bm25_index(graph.entity_ids, [analyze(e) for e in graph.entity_ids]),
+        graph=graph,
+        walk=walk_for(graph, chunk_doc, TITLES),
     )
 
 
@@ -160,16 +179,16 @@ def question_entities(question: str) -> list[str]:
 
 def test_hybrid_brings_in_the_bridge_passage_that_dense_misses(view, search):
     base = dense(QUERY, 3, search, view.chunk_text, view.chunk_doc, view.titles)
-    ctx = hybrid(QUERY, 3, view, search)
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, question_entities)
     assert docs(base) == ["film", "harbor", "lighthouse"]
-    # dense's first hit stays first; the director's passage, reached through "directed by", is next
-    assert docs(ctx) == ["film", "dan", "harbor"]
-    assert [p.title for p in ctx.passages] == ["Film X", "Dan Smith", "Harbor"]
-    assert [p.score for p in ctx.passages] == pytest.approx([0.90, 0.50, 0.70])
+    # Film X is named; the walk goes on from it to its director, whose passage is about Dan Smith
+    assert docs(ctx)[:2] == ["film", "dan"]
+    assert [p.title for p in ctx.passages][:2] == ["Film X", "Dan Smith"]
+    assert ctx.passages[0].score > ctx.passages[1].score > ctx.passages[2].score > 0
 
 
 def test_hybrid_items_follow_equations_14_to_19(view, search):
-    ctx = hybrid(QUERY, 3, view, search)
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, question_entities)
     assert ids(ctx.summaries) == ["L1:0", "L2:0", "L1:1"]  # every layer
     assert [s.layer for s in ctx.summaries] == [1, 2, 1]
     assert ids(ctx.entities) == ["film x", "harbor", "lighthouse"]
@@ -180,43 +199,34 @@ def test_hybrid_items_follow_equations_14_to_19(view, search):
     assert [r.score for r in ctx.relations] == pytest.approx([0.75, 0.55, 0.40])
     assert ctx.relations[1].text == "Dan Smith married to Yara Lee"
     assert ctx.relations[1].sources == ("dan",)
-    # fused chunk order: dense head, then graph / dense in turn
-    assert ids(ctx.chunks) == ["film:0", "dan:0", "harbor:0"]
+    # chunks by PPR mass until they cover the k passages, in passage order
+    assert list(dict.fromkeys(c.sources[0] for c in ctx.chunks)) == docs(ctx)
+    assert [c.score for c in ctx.chunks] == sorted((c.score for c in ctx.chunks), reverse=True)
 
 
 def test_hybrid_reaches_relations_through_the_retrieved_chunks_mentions(view, search):
     """Without communities, Dan Smith is in the entity set only as a mention of a retrieved chunk (eq. 5 edges)."""
     view.summary_leaves = {}
-    ctx = hybrid(QUERY, 3, view, search)
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, question_entities)
     assert ids(ctx.relations) == ["r_dir", "r_mar", "r_shot"]
-    assert docs(ctx) == ["film", "dan", "harbor"]
+    assert docs(ctx)[:2] == ["film", "dan"]
 
 
-def test_hybrid_reaches_the_bridge_through_a_relation_end(view, search):
-    ctx = hybrid(QUERY, 3, view, search, relation_k=1)
+def test_hybrid_relation_k_limits_the_context_not_the_walk(view, search):
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, question_entities, relation_k=1)
     assert ids(ctx.relations) == ["r_dir"]
-    # r_dir is stated in film:0 only; dan:0 comes in as a mention of its tail, Dan Smith
-    assert docs(ctx) == ["film", "dan", "harbor"]
+    assert docs(ctx)[:2] == ["film", "dan"]
 
 
-def test_hybrid_reaches_the_bridge_through_a_relation_source(view, search):
-    """Imported triples may sit in a chunk that mentions neither end; the source chunk still counts."""
-    view.entity_chunks = {}
-    ctx = hybrid(QUERY, 3, view, search)
-    assert ids(ctx.relations) == ["r_dir", "r_mar", "r_shot"]  # Dan Smith is a member of L1:0
-    assert docs(ctx) == ["film", "dan", "harbor"]
-
-
-def test_hybrid_without_reachable_relations_keeps_the_dense_ranking(view, search):
-    view.relations, view.relation_chunks, view.entity_relations = {}, {}, {}
-    search.ids["relations"], search.matrix["relations"] = [], np.zeros((0, 2), dtype=np.float32)
-    ctx = hybrid(QUERY, 4, view, search)
-    assert ctx.relations == []
-    assert docs(ctx) == docs(dense(QUERY, 4, search, view.chunk_text, view.chunk_doc, view.titles))
+def test_hybrid_reaches_the_bridge_from_similar_triplets_alone(view, search):
+    """No name in the question links: the ends of the most similar triplets still seed the walk."""
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, lambda q: [])
+    assert "dan" in docs(ctx)
+    assert "dan" not in docs(dense(QUERY, 3, search, view.chunk_text, view.chunk_doc, view.titles))
 
 
 def test_hybrid_searches_each_collection_once(view, search):
-    hybrid(QUERY, 3, view, search, relation_k=2, relation_pool=4, chunk_pool=5)
+    hybrid(QUESTION, QUERY, 3, view, search, question_entities, relation_k=2, relation_pool=4, chunk_pool=5)
     assert sorted(search.calls) == [("chunks", 5), ("entities", 3), ("relations", 4), ("summaries", 3)]
 
 
@@ -236,7 +246,7 @@ def test_select_relations_keeps_searched_candidates_first(view):
 
 
 def test_hybrid_with_a_shallow_relation_search_still_returns_relation_k(view, search):
-    ctx = hybrid(QUERY, 3, view, search, relation_pool=1)
+    ctx = hybrid(QUESTION, QUERY, 3, view, search, question_entities, relation_pool=1)
     assert len(ctx.relations) == 3
     assert "r_border" not in ids(ctx.relations)
 
@@ -340,16 +350,53 @@ def test_global_fills_from_members_the_chunk_search_did_not_reach(view):
 # ---------------------------------------------------------------- auto
 
 
-@pytest.mark.parametrize("choice", ["local", "global"])
-def test_auto_runs_the_routed_mode_and_records_it(view, search, choice):
-    ctx = auto(QUESTION, QUERY, 3, view, search, question_entities, lambda q: choice)
-    expected = (local(QUESTION, QUERY, 3, view, search, question_entities) if choice == "local"
-                else global_(QUERY, 3, view, search))
-    assert ctx.notes == {"route": choice}
-    assert docs(ctx) == docs(expected)
-    assert ids(ctx.items()) == ids(expected.items())
+def test_every_question_type_has_a_mode_and_corpus_questions_go_global():
+    assert set(ROUTES) == {"entity", "bridge", "comparison", "corpus"}
+    assert routed_mode("corpus") == "global"
+    assert all(routed_mode(t) in MODES and routed_mode(t) != "auto" for t in ROUTES)
+    with pytest.raises(ValueError, match="router answered 'both'"):
+        routed_mode("both")
 
 
-def test_auto_rejects_an_unknown_route(view, search):
-    with pytest.raises(ValueError, match="route"):
-        auto(QUESTION, QUERY, 3, view, search, question_entities, lambda q: "both")
+# ---------------------------------------------------------------- baselines, linking, ppr
+
+
+def test_bm25_ranks_chunks_by_their_words(view):
+    ctx = bm25("Which quarry did Yara Lee visit?", 3, view)
+    assert docs(ctx)[0] == "quarry"
+    assert ids(ctx.chunks)[0] == "quarry:1"  # "Yara Lee visited the quarry." holds every content word
+    assert [c.score for c in ctx.chunks] == sorted((c.score for c in ctx.chunks), reverse=True)
+
+
+def test_dense_bm25_fuses_both_rankings_by_reciprocal_rank(view, search):
+    question = "Which quarry did Yara Lee visit?"
+    ctx = dense_bm25(question, QUERY, 3, view, search)
+    dense_order = [c for c, _ in search("chunks", QUERY[None, :], 20, None)[0]]
+    lexical_order = [c for c, _ in view.chunk_lexical.top_k(analyze(question), 20)]
+    expected = sorted(CHUNKS, key=lambda c: -sum(1 / (60 + order.index(c) + 1) for order in (dense_order, lexical_order)
+                                                 if c in order))
+    assert ids(ctx.chunks) == expected[:len(ctx.chunks)]
+    assert rrf([["a", "b"], ["b", "c"]]) == [("b", pytest.approx(1 / 62 + 1 / 61)), ("a", pytest.approx(1 / 61)),
+                                             ("c", pytest.approx(1 / 62))]
+
+
+def test_linking_exact_fuzzy_and_triplet_ends(view):
+    # "Film X" is an entity id; "Dan Smith Jr" has no exact match and no name holds all its terms;
+    # "Lee" is held by "yara lee" with one extra term
+    assert named_entities(["Film X", "Dan Smith Jr", "Lee"], view) == (["film x"], ["Dan Smith Jr", "Lee"])
+    assert fuzzy_entity("Dan Smith Jr", view) is None
+    assert fuzzy_entity("Lee", view) == "yara lee"
+    seeds = link_entities(["Film X", "Lee"], [("r_mar", 0.5)], view)
+    assert seeds == {"film x": NAMED_WEIGHT, "yara lee": pytest.approx(FUZZY_WEIGHT + 0.5), "dan smith": 0.5}
+
+
+def test_ppr_mode_ranks_the_bridge_passage_and_reports_its_seeds(view, search):
+    ctx = ppr(QUESTION, QUERY, 3, view, search, question_entities)
+    assert docs(ctx)[:2] == ["film", "dan"]
+    assert ids(ctx.entities)[0] == "film x"  # the named entity is the heaviest seed
+    assert len(ctx.relations) == RELATION_SEEDS
+    assert ctx.notes["seeds"]["entities"] >= 1 and ctx.notes["seeds"]["passages"] >= 3
+
+
+def test_propagate_without_any_seed_gives_no_mass(view):
+    assert not propagate(view, {}, []).any()

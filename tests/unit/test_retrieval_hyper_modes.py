@@ -23,8 +23,16 @@ from hygraph.core.hyperbolic import (
     query_vector,
     storage_vectors,
 )
+from hygraph.core.graph import build_hybrid_graph
+from hygraph.core.lexical import analyze
+from hygraph.core.lexical import build as bm25_index
+from hygraph.core.retrieval import hyperbolic as hyperbolic_module
+from hygraph.core.retrieval.fusion import bm25_hits, rrf
+from hygraph.core.retrieval.hybrid import pool_size
 from hygraph.core.retrieval.hyperbolic import hyperbolic
 from hygraph.core.retrieval.hypergraph import hypergraph
+from hygraph.core.retrieval.linking import link_entities
+from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
 
 DIM = 16
@@ -306,13 +314,23 @@ def hyperbolic_fixture(rng_seed: int = 0) -> tuple[IndexView, BruteSearch, dict[
     for a, b in explicit:
         neighbours[a].append(b)
         neighbours[b].append(a)
+    # The hybrid graph the walk runs on: c0 and c1 mention Alpha, c0 its director Zed Zedson.
+    mentions = {"c0": ["alpha", "zed zedson"], "c1": ["alpha", "kappa valley"]}
+    graph = build_hybrid_graph(ids, [mentions.get(cid, []) for cid in ids], [("alpha", "zed zedson", "r1")], [])
+    chunk_doc = {cid: f"d{cid[1:]}" for cid in ids}
+    titles = {f"d{i}": f"T{i}" for i in range(N_CHUNKS)}
     view = IndexView(
-        version=1, chunk_text=text, chunk_doc={cid: f"d{cid[1:]}" for cid in ids},
-        titles={f"d{i}": f"T{i}" for i in range(N_CHUNKS)},
+        version=1, chunk_text=text, chunk_doc=chunk_doc, titles=titles,
+        entity_name={"alpha": "Alpha", "zed zedson": "Zed Zedson", "kappa valley": "Kappa Valley"},
+        entity_chunks={"alpha": ["c0", "c1"], "zed zedson": ["c0"], "kappa valley": ["c1"]},
+        relations={"r1": ("alpha", "directed by", "zed zedson", 1.0)},
         hyper_neighbours={cid: tuple(nb) for cid, nb in neighbours.items()},
         hyper_dim=H_DIM, hyper_seed=H_SEED,
+        chunk_lexical=bm25_index(ids, [analyze(text[cid]) for cid in ids]),
+        entity_lexical=bm25_index(graph.entity_ids, [analyze(e) for e in graph.entity_ids]), graph=graph,
+        walk=walk_for(graph, chunk_doc, titles),
     )
-    return view, BruteSearch({"chunks": vecs}, points=point_of), point_of
+    return view, BruteSearch({"chunks": vecs, "relations": {"r1": axis(0)}}, points=point_of), point_of
 
 
 class FixedDecompose:
@@ -327,7 +345,8 @@ class FixedDecompose:
 def run_hyperbolic(view: IndexView, search: BruteSearch, directives: list[str], k: int = 8, round_k: int = 2):
     decompose = FixedDecompose(directives)
     embed = lookup({DIRECTIVES[0]: axis(1), DIRECTIVES[1]: axis(2)})
-    return hyperbolic(H_QUESTION, Q, k, view, search, embed, decompose, search.points, round_k=round_k), decompose
+    return (hyperbolic(H_QUESTION, Q, k, view, search, embed, decompose, search.points, lambda q: ["Alpha"],
+                       round_k=round_k), decompose)
 
 
 def einstein_midpoint(points: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -374,37 +393,62 @@ def test_hyperbolic_searches_are_batched_and_small() -> None:
     view, search, _ = hyperbolic_fixture()
     run_hyperbolic(view, search, DIRECTIVES, k=3)
     chunk_calls = search.of_kind("chunks")
-    assert [(len(rows), k) for _, rows, k in chunk_calls] == [(1, 2), (2, 2)]
+    # one dense search serves round 1 and the walk's passage seeds; one batched search serves round 2
+    assert [(len(rows), k) for _, rows, k in chunk_calls] == [(1, pool_size(3)), (2, 2)]
+    assert [k for _, _, k in search.of_kind("relations")] == [RELATION_SEEDS]
     np.testing.assert_allclose(chunk_calls[1][1], np.array([axis(1), axis(2)]))
     [(_, rows, k)] = search.of_kind("hyperbolic")
     assert k == 3 and k < N_CHUNKS
     np.testing.assert_allclose(rows, query_vector(init_from_text(Q, H_DIM, H_SEED))[None, :])
-    assert all(k < N_CHUNKS for _, _, k in search.calls)
+    assert all(k < N_CHUNKS for kind, _, k in search.calls if kind != "chunks")
 
 
-def test_hyperbolic_ranking_is_poincare_distance_to_the_tree_midpoint() -> None:
-    view, search, point_of = hyperbolic_fixture()
-    k = 8
-    ctx, _ = run_hyperbolic(view, search, DIRECTIVES, k=k)
+def tree_midpoint(point_of: dict[str, np.ndarray]) -> np.ndarray:
     projected = init_from_text(Q, H_DIM, H_SEED)
     tree = ["c0", "c1", "c2", "c3", "c4"]
     # Level weights: query 1, round 1 (two chunks) 1/2 in all, round 2 (three chunks) 1/4 in all.
     weights = np.array([1.0, 1 / 4, 1 / 4, 1 / 12, 1 / 12, 1 / 12])
-    q_point = einstein_midpoint(np.vstack([projected, [point_of[c] for c in tree]]), weights)
-    all_ids = list(point_of)
-    all_points = np.array(list(point_of.values()))
-    to_projection = poincare_distance(all_points, projected[None, :])
-    neighbours = [all_ids[i] for i in np.argsort(to_projection)[:k]]
-    candidates = list(dict.fromkeys(tree + neighbours))
-    dist = {c: float(poincare_distance(point_of[c], q_point)) for c in candidates}
-    expected = sorted(candidates, key=dist.__getitem__)
-    # The fixture tells the two query points apart, so ranking by the projection would fail here.
-    assert expected[:k] != sorted(candidates, key=lambda c: float(poincare_distance(point_of[c], projected)))[:k]
+    return einstein_midpoint(np.vstack([projected, [point_of[c] for c in tree]]), weights)
 
+
+def test_hyperbolic_distance_order_is_to_the_tree_midpoint(monkeypatch) -> None:
+    """With the Poincaré order weighing all, passages follow the distance to the tree's midpoint."""
+    view, search, point_of = hyperbolic_fixture()
+    monkeypatch.setattr(hyperbolic_module, "HYPERBOLIC_WEIGHT", 1e6)
+    monkeypatch.setattr(hyperbolic_module, "CANDIDATES", N_CHUNKS)
+    k = 8
+    ctx, _ = run_hyperbolic(view, search, DIRECTIVES, k=k)
+    q_point = tree_midpoint(point_of)
+    # With CANDIDATES = 40 the dense hits alone make every chunk a candidate.
+    dist = {c: float(poincare_distance(point_of[c], q_point)) for c in point_of}
+    expected = sorted(point_of, key=dist.__getitem__)
+    projected = init_from_text(Q, H_DIM, H_SEED)
+    # The fixture tells the two query points apart, so ranking by the projection would fail here.
+    assert expected[:k] != sorted(point_of, key=lambda c: float(poincare_distance(point_of[c], projected)))[:k]
     assert [c.id for c in ctx.chunks] == expected[:k]
     assert [p.id for p in ctx.passages] == [view.chunk_doc[c] for c in expected[:k]]
-    np.testing.assert_allclose([c.score for c in ctx.chunks], [math.exp(-dist[c]) for c in expected[:k]], rtol=1e-9)
     assert [p.title for p in ctx.passages] == [f"T{c[1:]}" for c in expected[:k]]
+
+
+def test_hyperbolic_fuses_the_walk_and_the_distance_orders() -> None:
+    view, search, point_of = hyperbolic_fixture()
+    ctx, _ = run_hyperbolic(view, search, DIRECTIVES, k=8)
+    q_point = tree_midpoint(point_of)
+    # The walk's order, recomputed: the tree's chunks seed it beside the dense + BM25 passages.
+    dense_order = [c for c, _ in search("chunks", Q[None, :], pool_size(8), None)[0]]
+    lexical = rrf([dense_order, [c for c, _ in bm25_hits(H_QUESTION, pool_size(8), view)]])
+    seeds = link_entities(["Alpha"], [("r1", 1.0)], view)
+    walk = [c for c, _ in by_mass(propagate(view, seeds, rrf([[c for c, _ in lexical],
+                                                             ["c0", "c1", "c2", "c3", "c4"]])), view, 20)]
+    neighbours = [c for c, _ in search("hyperbolic", query_vector(init_from_text(Q, H_DIM, H_SEED))[None, :], 8,
+                                       None)[0]]
+    candidates = list(dict.fromkeys([*walk, *dense_order[:20], *neighbours]))
+    by_distance = sorted(candidates, key=lambda c: float(poincare_distance(point_of[c], q_point)))
+    fused = rrf([walk, by_distance], weights=[1.0, hyperbolic_module.HYPERBOLIC_WEIGHT])
+    assert [c.id for c in ctx.chunks] == [c for c, _ in fused][:8]
+    assert [c.score for c in ctx.chunks] == pytest.approx([s for _, s in fused][:8])
+    # the walk puts Alpha's two passages first; Poincaré re-ranks below them
+    assert sorted(c.id for c in ctx.chunks[:2]) == ["c0", "c1"]
 
 
 def test_hyperbolic_without_directives_is_a_one_level_tree() -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Literal, Protocol, Sequence, Union, runtime_checkable
 
-from hygraph.core.prompt import NumberedItem as ContextItem
+from hygraph.core.retrieval.context import ContextItem
 from hygraph.model import Chunk, Extraction
 
 ROLES = ("extract", "summarize", "decompose", "answer", "route")
-Route = Literal["local", "global"]
+# The question types the `route` role tells apart; `auto` retrieves each with its own mode (core/retrieval/routing.py).
+Route = Literal["entity", "bridge", "comparison", "corpus"]
+ROUTES: tuple[Route, ...] = ("entity", "bridge", "comparison", "corpus")
 
 
 @dataclass(frozen=True)
@@ -83,5 +85,6 @@ class LLM(Protocol):
         ...
 
     def route(self, question: str) -> Route:
-        """`local` (entity-centred) or `global` (corpus-level) retrieval for this question."""
+        """The question's type: `entity` (about what it names), `bridge` (about an entity it only describes),
+        `comparison` (between two things it names) or `corpus` (about the whole collection)."""
         ...

@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Sequence, Union
 
 import numpy as np
 
+from hygraph.backends.llm import comparison
 from hygraph.backends.llm.base import Answer, ContextItem, Route, SummaryRequest, Usage
 from hygraph.backends.llm.lexical import (STOPWORDS, Span, content_stems, find_spans, split_sentences,
                                           stem, sub_names, words)
@@ -37,7 +38,9 @@ _PHRASE_JUNK = re.compile(r"[()\[\]{}\"“”]")
 _CONJUNCTIONS = frozenset(("and", "or", "but", "nor"))
 _PHRASE_EDGE = " ,;:–—-'’"
 _DASH = re.compile(r" [–—-] ")
+_PAREN_TAIL = re.compile(r"\s*\([^()]*\)$")
 _PLACE_PREPS = frozenset(("in", "at", "near", "from"))
+_COPULAS = frozenset(("is", "was", "are", "were"))
 _GLOBAL_CUES = re.compile(
     r"\b(?:main|major|key|common|recurring|overall|dominant)\s+(?:themes?|topics?|ideas?|trends?|patterns?"
     r"|issues?|points?)\b|\bsummari[sz]e\b|\bsummary\b|\boverall\b|\boverview\b|\bacross\b"
@@ -175,19 +178,39 @@ def question_entities(question: str) -> set[str]:
     return _Question.parse(question).ids
 
 
+_WH = re.compile(r"\b(?:what|which|who|whom|whose|when|where|how)\b")
+_PLACE_NOUNS = r"(?:country|city|state|place|town|county|province|region|continent|island|village)"
+
+
 def _expected_type(question: str) -> str:
-    """What a short answer looks like: DATE, NUMBER, PLACE, NAME, or "" (answer with a sentence)."""
+    """What a short answer looks like: DATE, NUMBER, PLACE, NAME, or "" (answer with a sentence).
+
+    Read from the question's first wh-word only: a later one opens a clause that describes a
+    bridge ("the waterfall in the country where ..." asks for a name, not a place).
+    """
     q = question.casefold()
     if re.search(r",[^,]+\bor\b[^,]+\?*$", q) or re.match(r"(?:is|are|was|were|do|does|did|has|have)\b", q):
         return ""  # comparisons and yes/no questions need reasoning an extract cannot do
-    if re.search(r"\b(?:when|what year|which year|what date)\b", q):
-        return "DATE"
-    if re.search(r"\bhow (?:many|much|old|long)\b", q):
-        return "NUMBER"
-    if re.search(r"\b(?:where|(?:which|what) (?:country|city|state|place|town)|place of)\b", q):
-        return "PLACE"
-    if re.search(r"\b(?:who|whom|whose)\b", q):
+    wh = _WH.search(q)
+    if wh is None:
+        return ""
+    # "what is the name of ...", "what was the place of birth of ...": the noun says what is asked
+    head = re.sub(r"^(what|which) (?:is|was|are|were) the ", r"\1 ", q[wh.start():])
+    if re.match(r"(?:what|which) (?:name|title)\b", head):
         return "NAME"
+    if re.match(r"(?:what|which) (?:place|location|birthplace)\b", head):
+        return "PLACE"
+    if re.match(r"when\b|(?:what|which) (?:year|date)\b", head):
+        return "DATE"
+    if re.match(r"how (?:many|much|old|long)\b", head):
+        return "NUMBER"
+    if re.match(rf"where\b|(?:what|which) {_PLACE_NOUNS}\b", head):
+        return "PLACE"
+    if re.match(r"(?:who|whom|whose)\b", head):
+        return "NAME"
+    if re.match(r"(?:which|what) (?!(?:is|was|are|were|do|does|did|has|have|had|kind|type|sort|part|role)\b)\w",
+                head):
+        return "NAME"  # "which team", "what company": a named thing; "what was ..." asks for more than a name
     return ""
 
 
@@ -201,6 +224,7 @@ class _Row:
     norm: str  # " normalized text " for whole-word entity matching
     subject: str  # id of the item's first entity: what a pronoun in this sentence refers to
     spans: tuple[Span, ...]
+    topics: frozenset[str]  # ids of the item's title line, with and without a disambiguator: what its passage is about
 
     def mentions(self, eid: str) -> bool:
         return f" {eid} " in self.norm or (eid == self.subject and _refers_back(self.text))
@@ -227,18 +251,26 @@ def _split_heading(text: str) -> tuple[str, str]:
     return "", text
 
 
+def _passages(context: Sequence[ContextItem]) -> Sequence[ContextItem]:
+    """The source passages of the context when it has any: an extract is quoted from what the corpus says, not
+    from a summary's labelled parts or a triplet's bare words; every other item is a fallback."""
+    chunks = [item for item in context if item.kind == "chunk"]
+    return chunks or context
+
+
 def _rows(context: Sequence[ContextItem]) -> list[_Row]:
     return [_Row(item.number, *sentence) for item in context for sentence in _parse_item(item.text)]
 
 
 @functools.lru_cache(maxsize=1 << 13)
-def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[Span, ...]], ...]:
-    """(sentence, stems, normalized text, subject, spans) per sentence of a context item.
+def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[Span, ...], frozenset[str]], ...]:
+    """(sentence, stems, normalized text, subject, spans, topics) per sentence of a context item.
 
     Cached by text: a served index returns the same chunks and summaries to many questions,
     and parsing them is most of an answer's cost.
     """
     heading, body = _split_heading(text)
+    topics = frozenset({_entity_id(heading), _entity_id(_PAREN_TAIL.sub("", heading))} - {""})
     spans = find_spans(heading) if heading else []
     subject = _entity_id(spans[0].name) if spans else ""
     out = []
@@ -247,7 +279,7 @@ def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[S
         if not subject and spans:
             subject = _entity_id(spans[0].name)
         out.append((sentence, frozenset(content_stems(sentence)), f" {_entity_id(sentence)} ", subject,
-                    tuple(spans)))
+                    tuple(spans), topics))
     return tuple(out)
 
 
@@ -257,8 +289,9 @@ def _cue(sentence: str, span: Span, stems: set[str]) -> int:
     return sum(1 for w in before if stem(w) in stems)
 
 
-def _pick_span(row: _Row, kind: str, q_stems: set[str], exclude: set[str]) -> str:
-    """The span of the expected kind in a sentence, ranked by the question words right before it."""
+def _pick_span(row: _Row, kind: str, q_stems: set[str], exclude: set[str], defines: bool = False) -> str:
+    """The span of the expected kind in a sentence, ranked by the question words right before it; with
+    `defines` (a "what <noun>" question), a sentence subject defined as that noun comes first."""
     want = "NAME" if kind == "PLACE" else kind
     spans = [s for s in row.spans if s.type == want and _entity_id(s.name) not in exclude]
     dash = _DASH.search(row.text)
@@ -274,7 +307,10 @@ def _pick_span(row: _Row, kind: str, q_stems: set[str], exclude: set[str]) -> st
     def rank(span: Span) -> tuple[int, int]:
         prev = words(row.text[max(0, span.start - 12):span.start])[-1:]
         prep = int(kind == "PLACE" and bool(prev) and prev[0] in _PLACE_PREPS)
-        return (-(_cue(row.text, span, q_stems) + prep), span.start)
+        # "Victoria Falls is a waterfall": the sentence's subject, defined as what the question asks for
+        after = words(row.text[span.end:span.end + 40])[:4] if defines and span is row.spans[0] else []
+        defined = 2 * int(bool(after) and after[0] in _COPULAS and any(stem(w) in q_stems for w in after[1:]))
+        return (-(_cue(row.text, span, q_stems) + prep + defined), span.start)
 
     chosen = min(spans, key=rank)
     if kind == "PLACE":
@@ -306,11 +342,32 @@ def _hop(rows: list[_Row], first: _Row, bridges: list[Span], remaining: set[str]
     return rows[best[1]] if best else None
 
 
+_OPTIONS_END = re.compile(r",\s*[^,]+\s+or\s+[^,]+\?\s*$")
+_YES_NO = re.compile(r"(?:is|are|was|were|do|does|did|has|have|had)\b")
+# An entity described instead of named: "the director of", "the association which published",
+# "the city where", "X's mother".
+_DESCRIBED = re.compile(r"\bthe\s+(?:[\w-]+\s+){0,3}?(?:of|who|whom|which|that|whose|where|when|in which)\b"
+                        r"|\w['’]s\s+(?!(?:birth|death|birthday|age|height|name|nationality|population|founding)\b)"
+                        r"[a-z]")
+
+
 def _route(question: str) -> Route:
-    """`global` when the question asks about the corpus as a whole and names no entity."""
-    if _GLOBAL_CUES.search(question.casefold()) and not question_entities(question):
-        return "global"
-    return "local"
+    """The question's type, by its shape:
+    - corpus: about the collection as a whole ("main themes", "summarize") and naming no entity;
+    - comparison: two options to choose between ("..., X or Y?") or a yes/no question over two
+      things ("Are X and Y both ...?");
+    - bridge: it describes an entity instead of naming it ("the director of film X", "the city
+      where ...", "X's mother"), so the answer is a hop away from what it names;
+    - entity: a question about what it names.
+    """
+    q = question.casefold().strip()
+    if _GLOBAL_CUES.search(q) and not question_entities(question):
+        return "corpus"
+    if comparison.parse(question) or _OPTIONS_END.search(q) or (_YES_NO.match(q) and re.search(r"\b(?:and|both)\b", q)):
+        return "comparison"
+    if _DESCRIBED.search(q):
+        return "bridge"
+    return "entity"
 
 
 class ExtractiveLLM:
@@ -364,11 +421,23 @@ class ExtractiveLLM:
         yield ans
 
     def answer(self, question: str, context: Sequence[ContextItem]) -> Answer:
-        self.usage.count("answer")
+        """The answer; `usage` counts whitespace tokens (the unit of `answer_max_tokens`): the question
+        and every context item read, and the answer text."""
+        ans = self._answer(question, context)
+        read = len(question.split()) + sum(len(item.text.split()) for item in context)
+        self.usage.count("answer", prompt_tokens=read, completion_tokens=len(ans.text.split()))
+        return ans
+
+    def _answer(self, question: str, context: Sequence[ContextItem]) -> Answer:
         q = _Question.parse(question)
-        rows = _rows(context)
+        rows = _rows(_passages(context))
         if not rows or not (q.stems or q.ids):
             return Answer(INSUFFICIENT)
+        sentences = [comparison.Sentence(r.number, r.text, r.spans, r.topics, r.mentions) for r in rows]
+        picked = (comparison.answer(question, sentences, _entity_id)
+                  or comparison.yes_no(question, sentences, _entity_id))
+        if picked is not None:
+            return Answer(picked[0], tuple(picked[1]))
         df = Counter(w for row in rows for w in row.stems & q.stems)
         idf = {w: math.log(1.0 + len(rows) / n) for w, n in df.items()}
 
@@ -400,10 +469,16 @@ class ExtractiveLLM:
                 answer_row, cited = hop, sorted({first.number, hop.number})
         text = ""
         if kind:
-            exclude = q.ids | {answer_row.subject}
-            if answer_row is not first:
+            # In the sentence the question led to, its subject is what the question named; a second hop's
+            # passage is about the entity the question is after ("the waterfall in ..." -> "Victoria Falls").
+            exclude = set(q.ids)
+            if answer_row is first:
+                exclude.add(answer_row.subject)
+            else:
                 exclude |= {_entity_id(s.name) for s in bridges}
-            text = _pick_span(answer_row, kind, q.asked, exclude)
+            first_wh = _WH.search(question.casefold())
+            text = _pick_span(answer_row, kind, q.asked, exclude,
+                              defines=kind == "NAME" and first_wh is not None and first_wh.group() in ("what", "which"))
         if not text:
             text = " ".join(answer_row.text.split()[:self.answer_max_tokens])
         return Answer(text, tuple(cited))

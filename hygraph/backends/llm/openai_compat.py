@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar, Union
 
 import openai
 
-from hygraph.backends.llm.base import Answer, ContextItem, Route, SummaryRequest, Usage
+from hygraph.backends.llm.base import ROUTES, Answer, ContextItem, Route, SummaryRequest, Usage
 from hygraph.config import LLMConfig
 from hygraph.core.prompt import SYSTEM_PROMPT, render_user
 from hygraph.errors import BackendError, ConfigError
@@ -68,10 +68,13 @@ _ANSWER_STREAM_SYSTEM = SYSTEM_PROMPT + """
 Reply in plain text and cite the items the answer rests on by their numbers in brackets, e.g. [2]."""
 _CITATION = re.compile(r"\[(\d+)\]")
 
-_ROUTE_SYSTEM = """You route a question to a retrieval mode. "global" is for questions about a
-whole corpus (main themes, overall trends, summaries, comparisons across many documents); "local"
-is for questions about specific named entities and their facts. Reply with one JSON object:
-{"route": "local" | "global"}."""
+_ROUTE_SYSTEM = """You classify a question for retrieval. "entity": it asks about something it names
+("When did Teutberga die?"). "bridge": it describes an entity instead of naming it, so the answer is
+one or more hops away ("Where was the director of film A Rare Bird born?", "the city where X was
+born"). "comparison": it compares two things it names or asks yes/no about both ("Which film came
+out first, X or Y?", "Are X and Y both directors?"). "corpus": it asks about the whole collection
+(main themes, overall trends, summaries) rather than specific entities. Reply with one JSON object:
+{"route": "entity" | "bridge" | "comparison" | "corpus"}."""
 
 
 class _Malformed(ValueError):
@@ -183,8 +186,8 @@ def parse_answer(obj: dict[str, Any], numbers: set[int]) -> Answer:
 
 def parse_route(obj: dict[str, Any]) -> Route:
     route = obj.get("route")
-    if route not in ("local", "global"):
-        raise _Malformed("'route' must be \"local\" or \"global\"")
+    if route not in ROUTES:
+        raise _Malformed(f"'route' must be one of {', '.join(ROUTES)}")
     return route
 
 

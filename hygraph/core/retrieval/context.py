@@ -13,13 +13,16 @@ Search = Callable[[str, np.ndarray, int, "int | None"], list[list[tuple[str, flo
 
 
 @dataclass
-class Item:
+class ContextItem:
+    """One piece of context, from retrieval through the prompt to the LLM roles; higher score = more relevant."""
+
     id: str
     kind: Kind
     text: str
     score: float
     sources: tuple[str, ...] = ()  # corpus passage ids this item derives from
     layer: int = 0
+    number: int = 0  # its place in the answer prompt (core/prompt.py), what an answer cites; 0 before
 
 
 @dataclass
@@ -31,15 +34,15 @@ class Passage:
 
 @dataclass
 class Context:
-    summaries: list[Item] = field(default_factory=list)
-    chunks: list[Item] = field(default_factory=list)
-    entities: list[Item] = field(default_factory=list)
-    relations: list[Item] = field(default_factory=list)
-    hyperedges: list[Item] = field(default_factory=list)
+    summaries: list[ContextItem] = field(default_factory=list)
+    chunks: list[ContextItem] = field(default_factory=list)
+    entities: list[ContextItem] = field(default_factory=list)
+    relations: list[ContextItem] = field(default_factory=list)
+    hyperedges: list[ContextItem] = field(default_factory=list)
     passages: list[Passage] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)  # e.g. the router's choice
 
-    def items(self) -> list[Item]:
+    def items(self) -> list[ContextItem]:
         return [*self.summaries, *self.entities, *self.relations, *self.hyperedges, *self.chunks]
 
     def to_dict(self) -> dict[str, Any]:
@@ -49,7 +52,7 @@ class Context:
         return out
 
 
-def passages_from_chunks(chunks: Sequence[Item], titles: dict[str, str], k: int) -> list[Passage]:
+def passages_from_chunks(chunks: Sequence[ContextItem], titles: dict[str, str], k: int) -> list[Passage]:
     """Rank passages by their best chunk: first appearance in the chunk ranking, score = best chunk's."""
     out: list[Passage] = []
     seen: set[str] = set()

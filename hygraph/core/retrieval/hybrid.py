@@ -1,9 +1,11 @@
-"""`hybrid`: HyGRAG's context- and relation-aware bi-level retrieval (§3.2, Alg. 2, eqs. 14-20).
+"""`hybrid`: HyGRAG's context- and relation-aware bi-level retrieval (§3.2, Alg. 2, eqs. 14-20), with passages
+ranked by graph propagation (HippoRAG 2).
 
-Four vector searches, one per collection; the rest is set operations over the hits, bounded
-by the retrieved items' degrees and the retrieved communities' sizes, never a scan of a whole
-collection. The helpers below the strategy (`select_relations`, `chunks_under`, the item
-builders) are shared with `collapsed` and `local_global`.
+Four vector searches, one per collection, and one BM25 lookup; the context is set operations
+over the hits, bounded by the retrieved items' degrees and the retrieved communities' sizes,
+never a scan of a whole collection; the passages come from one personalized PageRank. The
+helpers below the strategy (`select_relations`, `chunks_under`, the item builders) are
+shared with the other modes.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from hygraph.core.retrieval.context import Context, Item, Search, passages_from_chunks
-from hygraph.core.retrieval.view import IndexView
+from hygraph.core.retrieval.context import Context, ContextItem, Search, passages_from_chunks
+from hygraph.core.retrieval.fusion import bm25_hits, rrf
+from hygraph.core.retrieval.linking import link_entities
+from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate
+from hygraph.core.retrieval.view import IndexView, QuestionEntities
 
 # A similarity search deeper than k scores candidates that a top-k search would not reach
-# (relations around the entity set, graph-reached chunks). 20 x k keeps one search per
+# (relations around the entity set, passages seeding the walk). 20 x k keeps one search per
 # collection cheap; the cap bounds it for large k.
 POOL_FACTOR = 20
 MAX_POOL = 1000
@@ -28,11 +33,12 @@ def pool_size(k: int) -> int:
     return max(k, min(POOL_FACTOR * k, MAX_POOL))
 
 
-def hybrid(query_vec: np.ndarray, k: int, view: IndexView, search: Search, *,
-           relation_k: int | None = None, relation_pool: int | None = None,
-           chunk_pool: int | None = None) -> Context:
-    """HyGRAG Alg. 2 / eqs. 14-20: summaries, chunks and entities by similarity, then relations around them.
+def hybrid(question: str, query_vec: np.ndarray, k: int, view: IndexView, search: Search,
+           question_entities: QuestionEntities, *, relation_k: int | None = None,
+           relation_pool: int | None = None, chunk_pool: int | None = None) -> Context:
+    """HyGRAG Alg. 2 / eqs. 14-20 for the context, HippoRAG 2's propagation for the passages.
 
+    Context items (HyGRAG):
     - eq. 14: the top-k summaries over every layer; eq. 15: the top-k chunks; eq. 16: the
       top-k entities (the chunk search goes `chunk_pool` deep, its first k hits are eq. 15).
     - eq. 17: the entity set E_all is the retrieved entities, the layer-0 members of the
@@ -41,27 +47,21 @@ def hybrid(query_vec: np.ndarray, k: int, view: IndexView, search: Search, *,
     - eqs. 18-19: the `relation_k` relations touching E_all most similar to the query
       (`select_relations`: one `relation_pool`-deep search intersected with the candidates).
 
-    Passage ranking (recall@k is computed on it). Dense similarity finds the first hop of a
+    Passage ranking (recall@k is computed on it): dense similarity finds the first hop of a
     multi-hop question but ranks the second-hop passage low, because the question does not
-    name the bridge entity. The retrieved relations do: "X directed by Y" leads to Y's passage.
-    - dense list D: the chunk hits, by similarity;
-    - graph list G: the chunks of D reached from the retrieved relations, as their source
-      chunks (`relation_chunks`) or as mentions of their head or tail entity (`entity_chunks`),
-      by similarity. G is restricted to D: every chunk in it has a similarity, and a hub
-      entity's long mention list only probes D;
-    - fused order: D's best chunk first (the dense first hop is the most reliable hit), then
-      alternately the best not yet placed chunk of G and of D, G first. A graph-reached chunk
-      is promoted ahead of dense-only chunks of similar rank, while the dense ranking still
-      fills every other slot, so a noisy G cannot push all dense hits out of the top k.
-    `passages` are the fused order's passages (first appearance, score = that chunk's
-    similarity), at most k; `chunks` are the fused order's first k chunks.
+    name the bridge entity. The graph does: personalized PageRank (propagation.py) from the
+    entities the question names and the ends of its most similar triplets (the first
+    RELATION_SEEDS hits of the relation search), and from the RRF of the dense chunk hits and
+    BM25, reaches the bridge entity's own passage. `chunks` are the chunks by PPR mass until
+    they cover k passages, `passages` those passages (score = the chunk's mass).
 
     Summaries carry no `sources`: an upper-layer community covers a large share of the corpus.
     """
     q = query_vec[None, :]
     relation_k = relation_k or k
+    depth = max(k, chunk_pool or pool_size(k))
     summary_hits = search("summaries", q, k, None)[0]
-    chunk_hits = search("chunks", q, max(k, chunk_pool or pool_size(k)), None)[0]
+    chunk_hits = search("chunks", q, depth, None)[0]
     entity_hits = search("entities", q, k, None)[0]
     relation_hits = search("relations", q, max(relation_k, relation_pool or pool_size(relation_k)), None)[0]
 
@@ -80,15 +80,12 @@ def hybrid(query_vec: np.ndarray, k: int, view: IndexView, search: Search, *,
     fallback_order = chain(entity_ids, *(view.summary_leaves.get(sid, ()) for sid in communities))
     relations = select_relations(relation_hits, in_entity_set, fallback_order, relation_k, view)
 
-    similarity = dict(chunk_hits)
-    dense_order = [cid for cid, _ in chunk_hits]
-    reached = _reached_chunks(relations, view, similarity)
-    graph_order = [cid for cid in dense_order if cid in reached]
-    fused = _alternate(dense_order, graph_order)
-    chunks = [chunk_item(cid, similarity[cid], view) for cid in fused]
+    seeds = link_entities(question_entities(question), relation_hits[:RELATION_SEEDS], view)
+    fused = rrf([[cid for cid, _ in chunk_hits], [cid for cid, _ in bm25_hits(question, depth, view)]])
+    chunks = [chunk_item(cid, mass, view) for cid, mass in by_mass(propagate(view, seeds, fused), view, k)]
     return Context(
         summaries=[summary_item(sid, score, view) for sid, score in summary_hits],
-        chunks=chunks[:k],
+        chunks=chunks,
         entities=[entity_item(eid, score, view) for eid, score in entity_hits],
         relations=[relation_item(rid, score, view) for rid, score in relations],
         passages=passages_from_chunks(chunks, view.titles, k),
@@ -130,60 +127,29 @@ def select_relations(relation_hits: Sequence[tuple[str, float]], is_candidate_en
     return picked + [(rid, floor * view.relations[rid][3]) for rid in extra[:k - len(picked)]]
 
 
-def _reached_chunks(relations: Sequence[tuple[str, float]], view: IndexView,
-                    similarity: dict[str, float]) -> set[str]:
-    """Scored chunks that state a relation or mention one of its ends."""
-    pool = similarity.keys()
-    reached: set[str] = set()
-    for rid, _ in relations:
-        head, _, tail, _ = view.relations[rid]
-        reached |= pool & view.relation_chunks.get(rid, ())
-        reached |= pool & view.entity_chunks.get(head, ())
-        reached |= pool & view.entity_chunks.get(tail, ())
-    return reached
-
-
-def _alternate(dense_order: Sequence[str], graph_order: Sequence[str]) -> list[str]:
-    """Dense head, then one unplaced chunk from the graph list and one from the dense list in turn."""
-    out = list(dense_order[:1])
-    placed = set(out)
-    cursors = [iter(graph_order), iter(dense_order)]
-    turn = 0
-    while cursors:
-        cursor = cursors[turn % len(cursors)]
-        cid = next((c for c in cursor if c not in placed), None)
-        if cid is None:
-            cursors.remove(cursor)
-            continue
-        out.append(cid)
-        placed.add(cid)
-        turn += 1
-    return out
-
-
-def chunk_item(cid: str, score: float, view: IndexView) -> Item:
+def chunk_item(cid: str, score: float, view: IndexView) -> ContextItem:
     """HyGRAG eq. 20 context item: a chunk, sourced to its passage."""
-    return Item(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],))
+    return ContextItem(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],))
 
 
-def summary_item(sid: str, score: float, view: IndexView) -> Item:
+def summary_item(sid: str, score: float, view: IndexView) -> ContextItem:
     """HyGRAG eq. 20 context item: a community summary with its layer (no sources, see `hybrid`)."""
-    return Item(sid, "summary", view.summary_text[sid], score, (), view.summary_layer[sid])
+    return ContextItem(sid, "summary", view.summary_text[sid], score, (), view.summary_layer[sid])
 
 
-def entity_item(eid: str, score: float, view: IndexView) -> Item:
+def entity_item(eid: str, score: float, view: IndexView) -> ContextItem:
     """HyGRAG eq. 20 context item: an entity as "name: description", sourced to the passages mentioning it."""
     name = view.entity_name.get(eid, eid)
     desc = view.entity_desc.get(eid, "")
-    return Item(eid, "entity", f"{name}: {desc}" if desc else name, score,
+    return ContextItem(eid, "entity", f"{name}: {desc}" if desc else name, score,
                 _docs(view.entity_chunks.get(eid, ()), view))
 
 
-def relation_item(rid: str, score: float, view: IndexView) -> Item:
+def relation_item(rid: str, score: float, view: IndexView) -> ContextItem:
     """HyGRAG eq. 20 context item: a triplet in entity names, sourced to the passages stating it."""
     head, phrase, tail, _ = view.relations[rid]
     text = f"{view.entity_name.get(head, head)} {phrase} {view.entity_name.get(tail, tail)}"
-    return Item(rid, "relation", text, score, _docs(view.relation_chunks.get(rid, ()), view))
+    return ContextItem(rid, "relation", text, score, _docs(view.relation_chunks.get(rid, ()), view))
 
 
 def searched_members(summary_ids: Iterable[str], searched: set[str], view: IndexView) -> set[str]:
@@ -200,7 +166,7 @@ def searched_members(summary_ids: Iterable[str], searched: set[str], view: Index
 
 
 def chunks_under(summary_ids: Sequence[str], chunk_hits: Sequence[tuple[str, float]], members: set[str],
-                 view: IndexView) -> Iterator[Item]:
+                 view: IndexView) -> Iterator[ContextItem]:
     """EraRAG §III-D / seed 004 global search: chunks under the summaries, searched ones (`members`) first.
 
     The rest follow in summary order and leaf order; the search did not reach them, so their
@@ -216,9 +182,9 @@ def chunks_under(summary_ids: Sequence[str], chunk_hits: Sequence[tuple[str, flo
                 yield chunk_item(cid, floor, view)
 
 
-def until_k_passages(items: Iterable[Item], k: int) -> list[Item]:
+def until_k_passages(items: Iterable[ContextItem], k: int) -> list[ContextItem]:
     """CONTRACT `passages` cut: chunk items in order until they cover k passages, so a long walk stops early."""
-    out: list[Item] = []
+    out: list[ContextItem] = []
     docs: set[str] = set()
     for item in items:
         out.append(item)

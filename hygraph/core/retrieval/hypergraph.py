@@ -33,7 +33,7 @@ from typing import Iterable
 
 import numpy as np
 
-from hygraph.core.retrieval.context import Context, Item, Search, passages_from_chunks
+from hygraph.core.retrieval.context import Context, ContextItem, Search, passages_from_chunks
 from hygraph.core.retrieval.view import Embed, IndexView, QuestionEntities
 
 _RRF_C = 60
@@ -79,15 +79,16 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     if dense_ranking:
         graph_ranking = [dense_ranking[0], *(cid for cid in graph_ranking if cid != dense_ranking[0])]
     fused = _reciprocal_rank_fusion(dense_ranking, graph_ranking)
-    ranked = [Item(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],)) for cid, score in fused]
+    ranked = [ContextItem(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],)) for cid, score in fused]
     passages = passages_from_chunks(ranked, view.titles, k)
     kept = {p.id for p in passages}
 
     return Context(
         chunks=[c for c in ranked if c.sources[0] in kept],
-        entities=[Item(u, "entity", _entity_text(view, u), s, _docs(view, view.entity_chunks.get(u, ())))
+        entities=[ContextItem(u, "entity", _entity_text(view, u), s, _docs(view, view.entity_chunks.get(u, ())))
                   for u, s in _best_first(entity_score)],
-        hyperedges=[Item(e, "hyperedge", view.hyperedge_text[e], s, _docs(view, view.hyperedge_chunks.get(e, ())))
+        hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s,
+                                _docs(view, view.hyperedge_chunks.get(e, ())))
                     for e, s in _best_first(edge_score)],
         passages=passages,
         notes={"question_entities": list(spans)},

@@ -1,8 +1,9 @@
-"""`local`, `global_` and `auto`: Adaptive Context GraphRAG's routed retrieval (seed 004 §III-B).
+"""`local` and `global_`: Adaptive Context GraphRAG's two retrieval paths (seed 004 §III-B).
 
 Local search answers narrow, factual questions from the question entities' neighbourhood;
 global search answers broad ones from community summaries and the nodes under them (their
-context nodes included: `summary_leaves` lists them). `auto` lets the router choose.
+context nodes included: `summary_leaves` lists them). `auto` (routing.py) sends corpus-level
+questions to global search.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 from hygraph.core.retrieval.context import Context, Search, passages_from_chunks
 from hygraph.core.retrieval.hybrid import (chunk_item, chunks_under, entity_item, pool_size, relation_item,
                                            searched_members, select_relations, summary_item, until_k_passages)
-from hygraph.core.retrieval.view import IndexView, QuestionEntities, Router
+from hygraph.core.retrieval.view import IndexView, QuestionEntities
 from hygraph.model import normalize_name
 
 
@@ -104,17 +105,3 @@ def global_(query_vec: np.ndarray, k: int, view: IndexView, search: Search) -> C
         entities=[entity_item(eid, score, view) for eid, score in entity_hits if eid in members][:k],
         passages=passages_from_chunks(chunks, view.titles, k),
     )
-
-
-def auto(question: str, query_vec: np.ndarray, k: int, view: IndexView, search: Search,
-         question_entities: QuestionEntities, route: Router) -> Context:
-    """Seed 004 §III-B router: the agent picks local or global search; the choice is kept in `notes["route"]`."""
-    choice = route(question)
-    if choice == "local":
-        ctx = local(question, query_vec, k, view, search, question_entities)
-    elif choice == "global":
-        ctx = global_(query_vec, k, view, search)
-    else:
-        raise ValueError(f"route: the router answered {choice!r}, expected 'local' or 'global'")
-    ctx.notes["route"] = choice
-    return ctx

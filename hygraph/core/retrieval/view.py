@@ -14,10 +14,13 @@ from typing import Callable, Container, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from hygraph.core.graph import HybridGraph
+from hygraph.core.lexical import LexicalIndex
+from hygraph.core.ppr import Walk
+
 Embed = Callable[[Sequence[str]], np.ndarray]  # texts -> L2-normalized rows
 QuestionEntities = Callable[[str], list[str]]  # the `extract` role on a question: entity surface forms
 Decompose = Callable[[str, Sequence[str]], list[str]]  # (question, round-1 passages) -> directives
-Router = Callable[[str], str]  # question -> "local" | "global"
 # chunk ids -> their live Poincaré points (n, dim) float64: the online learner moves them between versions
 Points = Callable[[Sequence[str]], np.ndarray]
 
@@ -56,6 +59,12 @@ class IndexView:
     hyper_neighbours: Mapping[str, Sequence[str]] = field(default_factory=dict)
     hyper_dim: int = 0
     hyper_seed: int = 0
+    # lexical channel: BM25 postings over chunk texts (title + text) and over entity ids (normalized names)
+    chunk_lexical: LexicalIndex | None = None
+    entity_lexical: LexicalIndex | None = None
+    # the hybrid graph (node ids, adjacency) and its weighted walk for personalized PageRank
+    graph: HybridGraph | None = None
+    walk: Walk | None = None
 
     def known(self, kind: str) -> Container[str]:
         """The ids of a vector collection's kind that this version holds: collections are shared by

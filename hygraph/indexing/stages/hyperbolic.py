@@ -23,7 +23,7 @@ from hygraph.config import HyperbolicConfig
 from hygraph.core import hyperbolic
 from hygraph.indexing.stages.vectors import VectorDelta
 from hygraph.indexing.state import IndexState
-from hygraph.store.artifacts import TERMS, TermsRow
+from hygraph.store.artifacts import CHUNKS, TERMS, TermsRow
 from hygraph.store.versions import Version
 
 # Stored points sampled as negatives when new points are trained (the build samples from all of them).
@@ -202,3 +202,22 @@ def _train(state: IndexState, h: HyperbolicConfig, index: TermIndex, new: list[s
         delta.add("hyperbolic", ids, hyperbolic.storage_vectors(stored, info.M).astype(np.float32))
     else:
         delta.add("hyperbolic", new, hyperbolic.storage_vectors(points, info.M).astype(np.float32))
+
+
+def explicit_graph(version: Version) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Every chunk's id and text embedding and the explicit edges between them (rows into the ids, i < j),
+    for a full retrain (indexing/online.py)."""
+    chunks = version.table(CHUNKS)
+    ids: list[str] = []
+    parts: list[np.ndarray] = []
+    for batch in chunks.batches(["id", "embedding"]):
+        ids.extend(batch.column(0).to_pylist())
+        emb = batch.column(1)
+        # flatten() honours the array's offset; the fixed width shapes an empty segment's batch too.
+        parts.append(emb.flatten().to_numpy(zero_copy_only=False).reshape(len(emb), emb.type.list_size))
+    row = {cid: i for i, cid in enumerate(ids)}
+    edges = []
+    for batch in version.table(TERMS).batches(["id", "neighbours"]):
+        for cid, nbs in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+            edges.extend((row[cid], row[n]) for n in nbs if n in row and row[cid] < row[n])
+    return ids, np.vstack(parts).astype(np.float32), np.array(edges, dtype=np.int64).reshape(-1, 2)
