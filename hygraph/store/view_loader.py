@@ -26,6 +26,7 @@ from hygraph.core.lexical import LexicalIndex
 from hygraph.core.retrieval.propagation import walk_for
 from hygraph.core.retrieval.view import IndexView
 from hygraph.errors import StoreError
+from hygraph.model import SummaryNode
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, LEXICAL_CHUNKS, LEXICAL_ENTITIES,
                                      NODE_CHUNK, NODE_ENTITY, NODE_HYPEREDGE, PARENTS, RELATIONS, SUMMARIES, TERMS,
                                      Artifact, PostingsRow)
@@ -123,19 +124,23 @@ class Leaves:
         extra = self.summaries.value(sid, "extra_leaves")
         if layer == 1:
             return iter(sorted({*children, *extra}))
-        return heapq.merge(*(Leaves(self.summaries, self.parents, c, layer - 1) for c in children), iter(sorted(extra)))
+        # Children are summaries, usually one layer down; Leiden attachment (HyGRAG §3.4) may hang a new
+        # layer-1 summary under a higher one, so each child's layer is read from its id.
+        return heapq.merge(*(Leaves(self.summaries, self.parents, c, SummaryNode.layer_of(c)) for c in children),
+                           iter(sorted(extra)))
 
     def __contains__(self, node: object) -> bool:
-        """Whether `node` (a layer-0 id) is under this summary: its ancestors one layer at a time."""
+        """Whether `node` (a layer-0 id) is under this summary: its ancestors up to this summary's layer."""
         if not isinstance(node, str):
             return False
-        frontier = {node}
-        for layer in range(1, self.layer + 1):
-            prefix = f"L{layer}:"
-            frontier = {p for n in frontier for p in self.parents(n) if p.startswith(prefix)}
-            if not frontier:
-                return False
-        return self.sid in frontier
+        frontier, seen = {node}, set()
+        while frontier:
+            if self.sid in frontier:
+                return True
+            seen |= frontier
+            frontier = {p for n in frontier for p in self.parents(n)
+                        if p not in seen and SummaryNode.layer_of(p) <= self.layer}
+        return False
 
 
 class LeavesMap(Mapping[str, Leaves]):

@@ -15,6 +15,7 @@ from hygraph.indexing.state import IndexState
 from hygraph.store.artifacts import PARENTS, SUMMARIES, ParentsRow, SummaryRow
 from hygraph.store.manifest import Manifest
 from hygraph.store.versions import IndexStore
+from hygraph.store.view_loader import LeavesMap
 
 TAU = 0.5
 NO_CODES = np.zeros(0, np.int64)
@@ -98,3 +99,47 @@ def test_deleting_one_member_resummarizes_that_community_without_the_deleted_lea
     [community] = [s for s in delta.fresh if nodes[s][0] == 1]
     assert nodes[community] == (1, ["e1"], ["c1", "e1"])
     assert all("e2" not in lv for _, _, lv in nodes.values())
+
+
+def _three_layer_store(tmp_path) -> IndexStore:
+    """The two-layer hierarchy under one more summary, L3:0 over L2:0."""
+    store = _store(tmp_path)
+    version = store.open()
+    top = SummaryRow("L3:0", 3, "L2:0", ("L2:0",), (), summary_key(["L2:0"]), np.array([1]),
+                     np.array([0.6, 0.8, 0], np.float32))
+    with store.begin() as w:
+        w.change(version.table(SUMMARIES), SUMMARIES, [top], [], {"text": 3})
+        w.change(version.table(PARENTS), PARENTS, [ParentsRow("L2:0", ("L3:0",))], [], {"text": 3})
+        w.commit(Manifest(dims={"text": 3}))
+    return store
+
+
+def test_content_attached_under_a_higher_layer_is_read_and_edited_through_it(tmp_path):
+    """Dissimilar content becomes a layer-1 community under the top layer's best summary (layer 3, two up):
+    its leaves are that summary's leaves, for the updater and for a reader of the published version, and
+    a later edit of the community reaches that summary."""
+    store = _three_layer_store(tmp_path)
+    h = HierarchyConfig(partitioner="leiden")
+
+    def edit(new_entities, new_chunks, removed):
+        version = store.open()
+        state, index = IndexState(version), LayerIndex.load(version, h)
+        hier = HierarchyEdit(state, index, h, "leiden", lambda ms, lv, known: ["+".join(sorted(m)) for m in ms],
+                             lambda texts: np.array([(0, 0, 1)] * len(texts), np.float32))
+        hier.update_leiden(TAU, new_entities, new_chunks, set(removed))
+        with store.begin() as w:
+            for artifact in (SUMMARIES, PARENTS):
+                w.change(version.table(artifact), artifact, *state.changes(artifact), {"text": 3})
+            w.commit(state.manifest)
+        [top] = index.ids[3]
+        return hier, top, LeavesMap(store.open().table(SUMMARIES), store.open().table(PARENTS))
+
+    hier, top, leaves = edit(["e5"], ["c3"], [])
+    assert "L1:2" in store.open().table(SUMMARIES).value(top, "children")
+    expected = ["c1", "c2", "c3", "e1", "e2", "e3", "e4", "e5"]
+    assert list(hier.leaves(top, 3)) == expected and list(leaves[top]) == expected
+    assert "c3" in leaves[top] and "e5" in leaves[top] and "c3" not in leaves["L2:0"]
+
+    _, top, leaves = edit([], [], ["e5"])  # the community's only member goes: retired, and the summary above
+    assert tuple(store.open().table(SUMMARIES).value(top, "children")) == ("L2:0",)  # two layers up forgets it
+    assert list(leaves[top]) == ["c1", "c2", "e1", "e2", "e3", "e4"] and "e5" not in leaves[top]

@@ -39,6 +39,12 @@ def _ordinal(sid: str) -> int:
     return int(sid.split(":", 1)[1])
 
 
+def _child_layer(child: str, layer: int) -> int:
+    """The layer of a child of a summary of `layer`: one down, except where attachment (HyGRAG §3.4, Leiden)
+    hung a new layer-1 summary under the best summary of a higher layer."""
+    return 0 if layer == 1 else SummaryNode.layer_of(child)
+
+
 @dataclass
 class LayerIndex:
     """What the updater keeps of the summary layers between batches: per layer its summary ids and, for
@@ -134,6 +140,11 @@ class HierarchyEdit:
         prefix = f"L{layer}:"
         return [s for s in row.summaries if s.startswith(prefix)] if row is not None else []
 
+    def parents_above(self, node: str, layer: int) -> list[str]:
+        """Summaries above `layer` that list `node` (a summary of `layer`)."""
+        row = self.state.get(PARENTS, node)
+        return [s for s in row.summaries if SummaryNode.layer_of(s) > layer] if row is not None else []
+
     def leaves(self, node: str, layer: int) -> tuple[str, ...]:
         """Sorted layer-0 leaves of a node of `layer` (a layer-0 node is its own leaf)."""
         if layer == 0:
@@ -143,7 +154,7 @@ class HierarchyEdit:
             row = self.summary(node)
             out = set(row.extra_leaves)
             for child in row.children:
-                out.update(self.leaves(child, layer - 1))
+                out.update(self.leaves(child, _child_layer(child, layer)))
             got = self.index.leaves[node] = tuple(sorted(out))
         return got
 
@@ -166,7 +177,7 @@ class HierarchyEdit:
         """Summarize and embed new segments of `layer` under fresh ids."""
         if not members:
             return []
-        leaves = [sorted({leaf for m in ms for leaf in self.leaves(m, layer - 1)} | set(ex))
+        leaves = [sorted({leaf for m in ms for leaf in self.leaves(m, _child_layer(m, layer))} | set(ex))
                   for ms, ex in zip(members, extra)]
         known = {m: self.summary(m).text for ms in members for m in ms if layer > 1}
         texts = self.summarize(members, leaves, known)
@@ -364,7 +375,7 @@ class HierarchyEdit:
             swap = dict(zip(keep, self.add(number, [layer_edits[s][0] for s in keep],
                                            [layer_edits[s][1] for s in keep])))
             for old in here:
-                for up in self.parents(old, number + 1):
+                for up in self.parents_above(old, number):
                     children, extra = edits.get(up) or current(up)
                     edits[up] = ([swap.get(c, c) for c in children if c != old or old in swap], extra)
             self.retire(here)
