@@ -1,5 +1,5 @@
-"""The lexical stage: BM25 postings (core/lexical.py) of the chunks (their text, which begins with the passage
-title) and of the entities (their ids, the normalized names), built whole, updated by the change.
+"""The lexical stage: BM25 postings (core/lexical.py) of the chunks (their text; a passage's first chunk begins
+with its title) and of the entities (their ids, the normalized names), built whole, updated by the change.
 
 The build analyzes every chunk and entity once. An update analyzes only the new chunks and
 entities and deletes the rows of removed ones: a row holds one document's term counts and
