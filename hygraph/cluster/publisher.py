@@ -261,7 +261,7 @@ class IndexUpdater:
             raise
         log.info("summaries of %d nodes published as version %d: %s", applied.stats["summarized_nodes"], version,
                  applied.stats)
-        return {"version": version, "pending_s": time.time() - pending.since, **applied.stats}
+        return {**update, "version": version, "pending_s": time.time() - pending.since}
 
     def run_until_idle(self) -> list[dict[str, Any]]:
         """Every pending job, with summaries (including any a stopped server left deferred)."""
@@ -275,12 +275,12 @@ class IndexUpdater:
         batch = fold_jobs(jobs, PresentDocuments(IndexState(live.version)))
         points = _Points(self, live)
         applied = self.applier.apply(live, batch, points.points, points.everything, defer_summaries)
-        version = self._publish(applied, batch.end_offset, {**applied.stats, "jobs": batch.job_ids})
+        update = {**applied.stats, "jobs": batch.job_ids}
+        version = self._publish(applied, batch.end_offset, update)  # adds what the version wrote: bytes_written
         self.applied_batches += 1
         log.info("applied %d journal jobs as version %d: %s", len(jobs), version, applied.stats)
         now = time.time()
-        return {"version": version, "jobs": batch.job_ids, "lag_s": [now - j.accepted_at for j in jobs],
-                **applied.stats}
+        return {**update, "version": version, "lag_s": [now - j.accepted_at for j in jobs]}
 
     def _publish(self, applied: Applied, journal_offset: int, update: dict[str, Any],
                  hyperbolic_rebuild: tuple[list[str], np.ndarray] | None = None) -> int:
