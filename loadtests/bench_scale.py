@@ -266,7 +266,7 @@ def markdown(res: dict[str, Any]) -> str:
         "; ".join("{rss_mb} / {pss_mb} / {uss_mb}".format(**m) for m in r["serve_2"]["replicas"]) for r in rows])
     line("second replica adds (USS) / first's RSS", [
         f"{r['second_replica']['adds_uss_mb']} MiB = {r['second_replica']['share_of_first_rss']:.0%}" for r in rows])
-    line("hybrid query p50 ms (HTTP, 1 replica)", [r["serve_1"]["hybrid"]["p50"] for r in rows])
+    line("hybrid query p50 ms (HTTP, 1 replica)", [r["serve_1"]["hybrid"]["p50_ms"] for r in rows])
     return "\n".join(lines) + "\n"
 
 
@@ -288,7 +288,7 @@ def chart(res: dict[str, Any], path: Path) -> None:
         "updater RSS MiB": [r["updates"]["memory"]["rss_mb"] for r in rows],
         "Retriever RSS MiB (1st)": [r["serve_1"]["replicas"][0]["rss_mb"] for r in rows],
         "2nd replica USS MiB": [r["second_replica"]["adds_uss_mb"] for r in rows],
-        "hybrid p50 ms": [r["serve_1"]["hybrid"]["p50"] for r in rows],
+        "hybrid p50 ms": [r["serve_1"]["hybrid"]["p50_ms"] for r in rows],
     }
     fig, axes = plt.subplots(2, 5, figsize=(20, 7))
     for ax, (label, values) in zip(axes.ravel(), series.items()):
