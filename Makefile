@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup test test-unit serve loadtest faults clean
+.PHONY: setup lint test test-unit serve loadtest faults clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,7 +20,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 setup: $(STAMP)
 
-test: $(STAMP)
+# ruff (style and errors) and import-linter (the layer rules in pyproject.toml), then every test.
+lint: $(STAMP)
+	$(BIN)/ruff check hygraph tests loadtests k8s
+	$(BIN)/lint-imports
+
+test: lint
 	$(BIN)/pytest tests --durations=30
 
 test-unit: $(STAMP)

@@ -48,6 +48,8 @@ class EmbedderConfig(Section):
     pool_size: int = Field(2, ge=1)
     num_cpus: float = Field(0.8, gt=0)
     num_gpus: float = Field(0.0, ge=0)
+    # A directory of vectors by (model, text): re-indexing the same texts embeds nothing again (benchmarks)
+    cache_dir: Optional[str] = None
 
 
 class LLMConfig(Section):
@@ -180,6 +182,10 @@ class UpdatesConfig(Section):
     # idle or, under a steady stream, with the first batch after this many seconds; 0: never deferred.
     defer_summaries_s: float = Field(30.0, ge=0)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
+    # Compaction (when the journal is idle): an artifact's delta segments are merged into one past this
+    # many, and everything into one segment once its oldest (merged) delta outweighs this share of the base.
+    compact_max_segments: int = Field(8, ge=2)
+    compact_ratio: float = Field(0.25, gt=0)
     # HyperRAG §3.3: hyperbolic-mode queries refine the points online; a full retrain every N queries
     online_learning: bool = True
     online_steps: int = Field(10, ge=1)  # L_inc steps per query subgraph
@@ -268,7 +274,8 @@ class HygraphConfig(Section):
         """Hash of the settings that shape an index (not serving knobs), stored in manifests."""
         keys = ("embedder", "chunking", "graph", "cleora", "hierarchy", "leiden", "hyperbolic")
         shaping = {k: getattr(self, k).model_dump(mode="json") for k in keys}
-        shaping["embedder"].pop("device", None)
+        for knob in ("device", "cache_dir"):
+            shaping["embedder"].pop(knob, None)
         shaping["llm"] = {"backend": self.llm.backend, "model": self.llm.model}
         blob = json.dumps(shaping, sort_keys=True).encode()
         return hashlib.sha1(blob).hexdigest()[:16]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from hygraph.backends import vectorstore
 from hygraph.backends.embedder import Embedder, make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import LLM
-from hygraph.config import MODES, HygraphConfig, RetrievalConfig
+from hygraph.config import HygraphConfig
 from hygraph.core.hyperbolic import from_storage
 from hygraph.core.prompt import assemble_prompt
 from hygraph.core.retrieval.collapsed import collapsed
@@ -33,35 +33,35 @@ from hygraph.core.retrieval.routing import routed_mode
 from hygraph.core.retrieval.view import IndexView, Points
 from hygraph.errors import InputError, VersionNotReady
 from hygraph.model import Chunk
-from hygraph.store.snapshot import Snapshot, SnapshotStore
+from hygraph.store.versions import IndexStore, Version
 from hygraph.store.view_loader import load_view
-
-
 
 @dataclass(frozen=True)
 class Loaded:
-    """One index version as a request sees it: the graph view and its vector collections."""
+    """One index version as a request sees it: the graph view (over the version's mapped segments,
+    which it keeps open) and its vector collections."""
 
     view: IndexView
     collections: dict[str, str]
+    version: Version
 
 
 class QueryEngine:
     def __init__(self, cfg: HygraphConfig, index_dir: str | Path, embedder: Embedder | None = None,
                  llm: LLM | None = None) -> None:
         self.cfg = cfg
-        self.store = SnapshotStore(index_dir)
+        self.store = IndexStore(index_dir)
         self.vectors = vectorstore.connect(cfg.vector_store, index_dir)
         self._swap = threading.Lock()
         self.loaded = self._load(self.store.open())
         self.embedder = embedder or make_embedder(cfg.embedder)
         self.llm = llm or make_llm(cfg.llm, cache_dir=str(Path(index_dir) / "llm_cache"))
 
-    def _load(self, snap: Snapshot) -> Loaded:
-        collections: dict[str, str] = snap.manifest["collections"]
+    def _load(self, version: Version) -> Loaded:
+        collections = version.manifest.collections
         for name in collections.values():
             self.vectors.open(name)
-        return Loaded(load_view(snap), collections)
+        return Loaded(load_view(version), collections, version)
 
     def refresh(self) -> bool:
         """Swap to the version `CURRENT` names when it is newer; requests already running keep theirs.

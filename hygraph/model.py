@@ -141,6 +141,11 @@ class SummaryNode:
     def node_id(layer: int, ordinal: int) -> str:
         return f"L{layer}:{ordinal}"
 
+    @staticmethod
+    def layer_of(node_id: str) -> int:
+        """The layer named in a summary id (only for ids known to be summaries: a chunk id "doc:0" may look alike)."""
+        return int(node_id[1:node_id.index(":")])
+
 
 @dataclass(frozen=True)
 class Question:

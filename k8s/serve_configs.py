@@ -29,7 +29,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hygraph.cluster.runtime import OFFLINE_ENV  # noqa: E402
+from hygraph.runtime import OFFLINE_ENV  # noqa: E402
 from hygraph.config import HygraphConfig, load_config  # noqa: E402
 from hygraph.serve.app import LLM_APP_NAME, LLM_ROUTE, serve_config  # noqa: E402
 

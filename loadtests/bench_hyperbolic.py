@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from hygraph.cluster.updater import IndexUpdater
+from hygraph.cluster.publisher import IndexUpdater
 from hygraph.config import load_config
 from hygraph.engine import QueryEngine
 from hygraph.model import load_questions
@@ -45,7 +45,8 @@ KEY = "bench-hyperbolic"
 
 def _pcts(values: list[float], scale: float = 1e3) -> dict[str, float]:
     a = np.asarray(values) * scale
-    return {"n": int(a.size), "p50": round(float(np.percentile(a, 50)), 2), "p95": round(float(np.percentile(a, 95)), 2),
+    return {"n": int(a.size), "p50": round(float(np.percentile(a, 50)), 2),
+            "p95": round(float(np.percentile(a, 95)), 2),
             "p99": round(float(np.percentile(a, 99)), 2), "max": round(float(a.max()), 2)}
 
 
@@ -54,7 +55,7 @@ def in_process(index_dir: Path, questions: list[str]) -> dict[str, Any]:
     cfg = cfg.model_copy(update={"updates": cfg.updates.model_copy(update={"recalibrate_every": 10 ** 9})})
     engine, updater = QueryEngine(cfg, index_dir), IndexUpdater(cfg, index_dir)
     try:
-        step_s, learn_s, edges, moved = [], [], [], []
+        step_s, learn_s, edges = [], [], []
         for i, q in enumerate(questions):
             vec = engine.embedder.encode([q])[0]
             sub = engine.retrieve(q, vec, "hyperbolic", cfg.retrieval.top_k).notes["implicit_subgraph"]
@@ -69,7 +70,7 @@ def in_process(index_dir: Path, questions: list[str]) -> dict[str, Any]:
             if (i + 1) % 20 == 0:
                 print(f"[bench] {i + 1}/{len(questions)} steps, median {np.median(step_s) * 1e3:.1f} ms",
                       file=sys.stderr, flush=True)
-        n_chunks = len(updater.state.cols["id"])
+        n_chunks = updater.store.manifest().counts["chunks"]
         updater.request_recalibration()
         t0 = time.perf_counter()
         while (published := updater.recalibrate_step()) is None:
@@ -217,7 +218,8 @@ def main() -> None:
     args = ap.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     questions = [q.question for q in load_questions(args.questions)]
-    report = {"index": str(args.index_dir), "machine": f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
+    report = {"index": str(args.index_dir),
+              "machine": f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
               "command": " ".join(sys.argv)}
     report["in_process"] = in_process(args.index_dir, questions[:args.steps])
     print(json.dumps(report["in_process"]), file=sys.stderr, flush=True)

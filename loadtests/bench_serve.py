@@ -42,8 +42,8 @@ import psutil  # noqa: E402
 from ray import serve  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 
-from hygraph.cluster.runtime import init_ray  # noqa: E402
 from hygraph.config import MODES, HygraphConfig, load_config  # noqa: E402
+from hygraph.runtime import init_ray  # noqa: E402
 from hygraph.model import load_questions  # noqa: E402
 from hygraph.serve.app import APP_NAME, build_app  # noqa: E402
 from loadtests.common import free_port, pcts  # noqa: E402
@@ -214,7 +214,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 try:
                     _deployed(cfg, variant, args.index_dir, port)
                 except Exception as exc:  # noqa: BLE001 - a variant this Ray cannot run is reported, not hidden
-                    report["topologies"].setdefault(store, {})[variant] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                    report["topologies"].setdefault(store, {})[variant] = {
+                        "error": f"{type(exc).__name__}: {exc}"[:300]}
                     print(f"[bench] {store}/{variant}: could not deploy: {exc}", file=sys.stderr)
                     _teardown(variant)
                     continue
@@ -239,7 +240,8 @@ def markdown(res: dict[str, Any]) -> str:
              f"{res['machine']}; load from {res['load']}; {res['date']}.", ""]
     for store, variants in res["topologies"].items():
         lines += [f"## Topologies, {store}", "",
-                  "| topology | target | c1 p50 ms | c1 p99 ms | c16 QPS | c16 p99 ms | QPS / echo | cpu ms/q | errors |",
+                  "| topology | target | c1 p50 ms | c1 p99 ms | c16 QPS | c16 p99 ms | QPS / echo | cpu ms/q "
+                  "| errors |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for variant, targets in variants.items():
             if "error" in targets:
@@ -248,7 +250,8 @@ def markdown(res: dict[str, Any]) -> str:
             echo = targets["echo"]["c16"]["qps"]
             for name, r in targets.items():
                 c1, c16 = r["c1"], r["c16"]
-                lines.append(f"| {variant} | {name} | {c1['p50_ms']} | {c1['p99_ms']} | {c16['qps']} | {c16['p99_ms']} | "
+                lines.append(f"| {variant} | {name} | {c1['p50_ms']} | {c1['p99_ms']} | {c16['qps']} | "
+                             f"{c16['p99_ms']} | "
                              f"{c16['qps'] / echo:.2f} | {c16['cpu_ms_per_query']} | {c1['errors'] + c16['errors']} |")
         lines.append("")
     for store, targets in res["matrix"].items():

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from hygraph.cluster.updater import IndexUpdater
+from hygraph.cluster.publisher import IndexUpdater
 from hygraph.config import load_config
 from hygraph.eval.runner import run_eval
 from hygraph.indexing.build import build_index
@@ -65,7 +65,8 @@ def main() -> None:
     work = out.with_suffix(".work")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    docs = [{"id": d.id, "title": d.title, "text": d.text, "metadata": {}} for d in load_corpus(args.corpus)][:args.docs]
+    docs = [{"id": d.id, "title": d.title, "text": d.text, "metadata": {}}
+            for d in load_corpus(args.corpus)][:args.docs]
     half = len(docs) // 2
     step = (len(docs) - half + args.steps - 1) // args.steps
     grown = work / "grown"

@@ -55,7 +55,8 @@ def demo_questions() -> list[str]:
     return [json.loads(line)["question"] for line in (DEMO_DIR / "questions.jsonl").open()]
 
 
-def fresh_documents(corpus: Path, n: int, skip_titles: set[str], tag: str, min_chars: int = 200) -> list[dict[str, str]]:
+def fresh_documents(corpus: Path, n: int, skip_titles: set[str], tag: str,
+                    min_chars: int = 200) -> list[dict[str, str]]:
     """`n` documents of `corpus` whose titles the index does not hold, under run-unique ids.
 
     Unique ids keep a re-run on the same index from hitting the insert no-op (same id, same
@@ -76,9 +77,10 @@ def index_titles(index_dir: Path | None) -> set[str]:
     """Titles of the demo corpus and, when the index is local and built, of its current version."""
     titles = {json.loads(line)["title"] for line in (DEMO_DIR / "corpus.jsonl").open()}
     if index_dir is not None and (index_dir / "CURRENT").is_file():
-        from hygraph.store.snapshot import SnapshotStore
+        from hygraph.store.artifacts import DOCUMENTS
+        from hygraph.store.versions import IndexStore
 
-        titles |= set(SnapshotStore(index_dir).open().table("documents").column("title").to_pylist())
+        titles |= set(IndexStore(index_dir).open().table(DOCUMENTS).values("title"))
     return titles
 
 

@@ -36,7 +36,8 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 
 from hygraph.client import Client  # noqa: E402
-from hygraph.store.snapshot import SnapshotStore  # noqa: E402
+from hygraph.store.artifacts import CHUNKS, DOCUMENTS  # noqa: E402
+from hygraph.store.versions import IndexStore  # noqa: E402
 from loadtests.common import (DEFAULT_CORPUS, MODES, Recorder, Sample, ServeProcess,  # noqa: E402
                               Write, demo_questions, fresh_documents, http_client, index_titles, log_excerpt,
                               pcts, probe_question, query_worker, say, timed, track_write, while_serving)
@@ -159,11 +160,11 @@ def write_summary(writes: list[Write]) -> dict[str, Any]:
 def exactly_once(index_dir: Path, client: Client, docs: list[dict[str, str]]) -> dict[str, Any]:
     """Each document in the current version's documents table once, with its chunks, retrievable by
     its own text, and no chunk id twice among the dense hits or in the chunks table."""
-    snap = SnapshotStore(index_dir).open()
-    doc_ids = Counter(snap.table("documents").column("id").to_pylist())
-    chunks = snap.table("chunks")
-    chunk_ids = Counter(chunks.column("id").to_pylist())
-    chunks_per_doc = Counter(chunks.column("doc_id").to_pylist())
+    version = IndexStore(index_dir).open()
+    doc_ids = Counter(version.table(DOCUMENTS).values("id"))
+    chunks = version.table(CHUNKS)
+    chunk_ids = Counter(chunks.values("id"))
+    chunks_per_doc = Counter(chunks.values("doc_id"))
     rows = []
     for doc in docs:
         out = client.query(probe_question(doc), mode="dense", top_k=10)
@@ -173,7 +174,7 @@ def exactly_once(index_dir: Path, client: Client, docs: list[dict[str, str]]) ->
                      "duplicate_chunk_hits": sorted(c for c, n in Counter(hits).items() if n > 1)})
     bad = [r for r in rows if r["in_documents"] != 1 or not r["chunks"] or not r["retrieved"]
            or r["duplicate_chunk_hits"]]
-    return {"index_version": json.loads((snap.path / "manifest.json").read_text())["version"],
+    return {"index_version": version.version,
             "documents_checked": len(rows), "present_exactly_once": len(rows) - len(bad),
             "duplicate_chunk_ids_in_index": sorted(c for c, n in chunk_ids.items() if n > 1)[:20],
             "problems": bad}

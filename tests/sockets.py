@@ -20,7 +20,7 @@ from typing import Iterable
 
 import psutil
 
-from hygraph.cluster.loopback import is_loopback
+from hygraph.runtime.loopback import is_loopback
 
 
 @dataclass(frozen=True)

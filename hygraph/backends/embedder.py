@@ -6,8 +6,11 @@ Nothing here downloads weights: `bundled` resolves to the model directory shippe
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import sqlite3
+import sys
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -56,7 +59,8 @@ class SentenceTransformerEmbedder:
             self.model.max_seq_length = cfg.max_seq_length
         self.batch_size = cfg.batch_size
         self.dim = int(self.model.get_embedding_dimension())
-        self.max_seq_length = int(self.model.max_seq_length)
+        # A static (model2vec) model has no sequence limit: sentence-transformers reports infinity.
+        self.max_seq_length = int(min(self.model.max_seq_length, sys.maxsize))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -66,8 +70,50 @@ class SentenceTransformerEmbedder:
         return np.ascontiguousarray(out, dtype=np.float32)
 
 
+class CachedEmbedder:
+    """Vectors kept on disk by (model, text hash) in SQLite, so a re-run embeds only texts it has not seen.
+
+    Several processes (Ray Data actors) share one cache file: SQLite's write-ahead log lets them read
+    while one writes, and a writer waits for another's lock instead of failing.
+    """
+
+    _BATCH = 500  # keys per lookup: SQLite limits the number of bound parameters
+
+    def __init__(self, inner: Embedder, directory: Path, model_key: str) -> None:
+        self.inner, self.dim, self.max_seq_length = inner, inner.dim, inner.max_seq_length
+        directory.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(directory / "embeddings.sqlite", timeout=300, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
+        self._prefix = model_key.encode() + b"\0"
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        keys = [hashlib.sha1(self._prefix + t.encode("utf-8", "surrogatepass")).digest() for t in texts]
+        found: dict[bytes, np.ndarray] = {}
+        for start in range(0, len(keys), self._BATCH):
+            part = keys[start:start + self._BATCH]
+            rows = self._db.execute(f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(part))})", part)
+            found.update((k, np.frombuffer(v, dtype=np.float32)) for k, v in rows)
+        first = {}
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        missing = [i for k, i in first.items() if k not in found]
+        if missing:
+            fresh = self.inner.encode([texts[i] for i in missing])
+            with self._db:
+                self._db.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?)",
+                                     [(keys[i], np.asarray(v, np.float32).tobytes()) for i, v in zip(missing, fresh)])
+            found.update((keys[i], np.asarray(v, np.float32)) for i, v in zip(missing, fresh))
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return np.vstack([found[k] for k in keys]).astype(np.float32)
+
+
 def make_embedder(cfg: EmbedderConfig, threads: float | None = None) -> Embedder:
-    return SentenceTransformerEmbedder(cfg, threads=threads)
+    model = SentenceTransformerEmbedder(cfg, threads=threads)
+    if cfg.cache_dir is None:
+        return model
+    return CachedEmbedder(model, Path(cfg.cache_dir), f"{model_path(cfg).resolve()}|{model.max_seq_length}")
 
 
 class Tokenizer:

@@ -475,11 +475,3 @@ def query_vector(point: np.ndarray) -> np.ndarray:
     t[..., 0] = -t[..., 0]
     return t
 
-
-def edge_adjacency(edges: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """HyperRAG §3.1 explicit graph as CSR (indptr, indices) over n rows, both directions, for O(deg) lookups."""
-    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-    heads = np.concatenate([edges[:, 0], edges[:, 1]])
-    tails = np.concatenate([edges[:, 1], edges[:, 0]])
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(heads, minlength=n))]).astype(np.int64)
-    return indptr, tails[np.argsort(heads, kind="stable")]

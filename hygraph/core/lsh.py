@@ -229,6 +229,36 @@ def partition(codes: np.ndarray, s_min: int, s_max: int) -> list[np.ndarray]:
     return _adjust(_check_codes(codes, "codes"), s_min, s_max)
 
 
+def affected_codes(old_codes: np.ndarray, old_counts: np.ndarray, new_codes: np.ndarray, small_codes: np.ndarray,
+                   s_min: int) -> np.ndarray:
+    """EraRAG Alg. 3 lines 1-4: the existing codes whose buckets a change reaches (sorted, distinct).
+
+    `old_codes` are a layer's distinct codes with `old_counts` rows each (after removals),
+    `new_codes` the new rows' codes, `small_codes` the codes of rows in segments that lost rows
+    and fell below s_min. Reached are: every old code a new row shares; for a new code absent
+    from the layer that too few new rows carry to stand alone (< s_min), the Hamming-nearest old
+    code (ties: larger bucket, then lower code); for each code of a small segment, the nearest
+    other old code. `repartition_affected` and an incremental update of one layer share this rule.
+    """
+    old_codes = _check_codes(old_codes, "old_codes")
+    new_codes = _check_codes(new_codes, "new_codes")
+    if old_codes.size == 0:
+        return old_codes
+    priority = np.empty(old_codes.size, dtype=np.int64)
+    priority[np.lexsort((old_codes, -np.asarray(old_counts)))] = np.arange(old_codes.size)
+    n_bits = _n_bits(old_codes, new_codes)
+    new_unique, new_counts = np.unique(new_codes, return_counts=True)
+    known = np.isin(new_unique, old_codes)
+    stray = new_unique[~known & (new_counts < s_min)]
+    hit = [new_unique[known]]
+    if stray.size:
+        hit.append(old_codes[_nearest(stray, old_codes, priority, n_bits)])
+    small_codes = np.asarray(small_codes, dtype=np.int64)
+    if small_codes.size and old_codes.size > 1:
+        hit.append(old_codes[_nearest(np.unique(small_codes), old_codes, priority, n_bits)])
+    return np.unique(np.concatenate(hit))
+
+
 @dataclass(frozen=True)
 class Repartition:
     """Result of `repartition_affected`.
@@ -287,20 +317,10 @@ def repartition_affected(segments: list[np.ndarray], codes: np.ndarray, new_code
     affected = shrunk | (sizes < s_min) | (sizes > s_max)
     if n_old:
         old_unique, old_counts = np.unique(codes, return_counts=True)
-        priority = np.empty(old_unique.size, dtype=np.int64)
-        priority[np.lexsort((old_unique, -old_counts))] = np.arange(old_unique.size)
-        n_bits = _n_bits(codes, new_codes)
-        new_unique, new_counts = np.unique(new_codes, return_counts=True)
-        known = np.isin(new_unique, old_unique)
-        stray = new_unique[~known & (new_counts < s_min)]
-        hit_codes = [new_unique[known]]
-        if stray.size:
-            hit_codes.append(old_unique[_nearest(stray, old_unique, priority, n_bits)])
         small = [s for s, shr, size in zip(old_segments, shrunk, sizes) if shr and 0 < size < s_min]
-        if small and old_unique.size > 1:
-            hit_codes.append(old_unique[_nearest(np.unique(codes[np.concatenate(small)]), old_unique,
-                                                 priority, n_bits)])
-        affected[segment_of_row[np.isin(codes, np.concatenate(hit_codes))]] = True
+        small_codes = codes[np.concatenate(small)] if small else np.zeros(0, np.int64)
+        hit = affected_codes(old_unique, old_counts, new_codes, small_codes, s_min)
+        affected[segment_of_row[np.isin(codes, hit)]] = True
 
     affected_idx = np.flatnonzero(affected)
     pool = np.sort(np.concatenate([*(old_segments[i] for i in affected_idx),

@@ -5,7 +5,7 @@ order, and each served query's implicit subgraph goes through the updater's own 
 (indexing/online.py): one L_inc step per query and a full recalibration every
 `--recalibrate-every` queries, exactly as the OnlineUpdater runs them. The other half is held
 apart: its recall@k is measured before serving and after every `--report-every` served
-queries. The learner moves points in memory here (a copy of the index version's state), so
+queries. The learner moves points in memory here (a copy of the version's hyperbolic collection), so
 the index on disk is left as it was; the "hyperbolic" vector search is answered exactly from
 those points.
 
@@ -21,7 +21,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -32,35 +32,60 @@ from hygraph.core.retrieval.view import Points
 from hygraph.engine import Loaded, QueryEngine
 from hygraph.eval.metrics import recall_at_k
 from hygraph.indexing.online import OnlineLearner, install, observation, retrain
-from hygraph.indexing.state import IndexState, load_state
+from hygraph.indexing.stages.hyperbolic import explicit_graph
 from hygraph.model import Question, load_questions
-from hygraph.store.snapshot import write_atomic
+from hygraph.store.files import write_atomic
+
+
+class MemoryPoints:
+    """The live points as the learner reads them (indexing/online.py LivePoints), held in memory: a copy of the
+    version's hyperbolic collection, so learning never writes to the index."""
+
+    def __init__(self, ids: list[str], points: np.ndarray, m: float, neighbours: Mapping[str, Sequence[str]]) -> None:
+        self.ids, self.current, self.M, self._neighbours = ids, points, m, neighbours
+        self.row = {cid: i for i, cid in enumerate(ids)}
+
+    def exists(self, chunk_id: str) -> bool:
+        return chunk_id in self.row
+
+    def points(self, chunk_ids: Sequence[str]) -> np.ndarray:
+        return self.current[[self.row[c] for c in chunk_ids]]
+
+    def neighbours(self, chunk_id: str) -> Sequence[str]:
+        return self._neighbours.get(chunk_id, ())
+
+    def sample(self, k: int, rng: np.random.Generator, exclude: set[str]) -> list[str]:
+        alive = [c for c in self.ids if c not in exclude]
+        picked = rng.choice(len(alive), size=min(k, len(alive)), replace=False) if alive else []
+        return [alive[i] for i in sorted(picked)]
+
+    def move(self, chunk_ids: Sequence[str], storage: np.ndarray) -> None:
+        """A step's moved points, given as the storage vectors the updater would upsert."""
+        if len(chunk_ids):
+            self.current[[self.row[c] for c in chunk_ids]] = hyperbolic.from_storage(storage)
 
 
 class LearningEngine(QueryEngine):
-    """The query engine with the Poincaré points read from a learner's in-memory state instead of the store."""
+    """The query engine with the Poincaré points read from a learner's in-memory copy instead of the store."""
 
     def __init__(self, cfg: HygraphConfig, index_dir: str | Path) -> None:
         super().__init__(cfg, index_dir)
-        self.state: IndexState = load_state(self.store.open(self.version))
-        if self.state.hyp is None:
+        loaded = self.loaded
+        info = loaded.version.manifest.hyperbolic
+        if info is None:
             raise SystemExit(f"{index_dir}: index version {self.version} has no hyperbolic embeddings")
-        self.row = {cid: i for i, cid in enumerate(self.state.cols["id"])}
-        self.ids = list(self.state.cols["id"])
+        self.graph = explicit_graph(loaded.version)
+        ids = self.graph[0]
+        current = hyperbolic.from_storage(self.vectors.fetch(loaded.collections["hyperbolic"], ids))
+        self.live = MemoryPoints(ids, current, info.M, loaded.view.hyper_neighbours)
         self.refresh_storage()
 
     def refresh_storage(self) -> None:
         """Storage vectors of the current points (the rows an updated "hyperbolic" collection would hold)."""
-        hyp = self.state.hyp
-        assert hyp is not None
-        self.storage = hyperbolic.storage_vectors(hyp["points"], hyp["M"]).astype(np.float32)
+        self.storage = hyperbolic.storage_vectors(self.live.current, self.live.M).astype(np.float32)
 
     def _points(self, loaded: Loaded) -> Points:
-        def points(chunk_ids: Sequence[str]) -> np.ndarray:
-            assert self.state.hyp is not None
-            return np.asarray(self.state.hyp["points"][[self.row[c] for c in chunk_ids]], dtype=np.float64)
-
-        return points
+        return self.live.points
 
     def _searcher(self, loaded: Loaded) -> Search:
         inner = super()._searcher(loaded)
@@ -72,7 +97,7 @@ class LearningEngine(QueryEngine):
             for row in np.asarray(queries, dtype=np.float32):
                 d = ((self.storage - row) ** 2).sum(axis=1)
                 top = np.argpartition(d, min(k, len(d)) - 1)[:k]
-                out.append([(self.ids[i], float(d[i])) for i in top[np.argsort(d[top], kind="stable")]])
+                out.append([(self.live.ids[i], float(d[i])) for i in top[np.argsort(d[top], kind="stable")]])
             return out
 
         return search
@@ -104,10 +129,12 @@ def run(cfg: HygraphConfig, index_dir: str, questions_path: str, k: int, recalib
             ctx = engine.retrieve(q.question, v, "hyperbolic", k)
             learner.observe(observation(ctx.notes["implicit_subgraph"], v))
             t0 = time.perf_counter()
-            learner.step(engine.state)
+            engine.live.move(*learner.step(engine.live))
             if learner.recalibration_due:
-                job = learner.recalibration(engine.state)
-                install(engine.state, job.chunk_ids, retrain(job, cfg.hyperbolic, "cpu"))
+                job = learner.recalibration(*engine.graph)
+                live = engine.live
+                storage, live.M = install(live.ids, live.current, job.chunk_ids, retrain(job, cfg.hyperbolic, "cpu"))
+                live.current = hyperbolic.from_storage(storage)
                 recalibrations += 1
             steps_s.append(time.perf_counter() - t0)
             engine.refresh_storage()

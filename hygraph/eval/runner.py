@@ -26,7 +26,7 @@ from hygraph.eval.metrics import EvalRow, ModeStats, recall_at_k
 from hygraph.eval.report import write_report
 from hygraph.indexing.progress import Stages
 from hygraph.model import Question, load_questions
-from hygraph.store.snapshot import write_atomic
+from hygraph.store.files import write_atomic
 
 BASELINES = ("dense", "bm25", "dense+bm25")
 CURVE_DEPTH = 10

@@ -4,10 +4,10 @@ The Retriever sends each `hyperbolic` query's implicit subgraph (a tree rooted a
 see core/retrieval/hyperbolic.py) with the question's embedding. The query becomes a temporary
 row placed at its text projection (`init_from_text`) and held fixed there (it is where the
 Retriever places such a question), so the query -> round-1 edges pull the retrieved chunks
-toward where such questions land; it is dropped after the step. Nodes of the
-subgraph and their one-hop explicit neighbours are trainable, everything else is frozen, and
-the changed rows are pulled back under the norm bound M so the stored vectors stay valid until
-the next recalibration recomputes M.
+toward where such questions land; it is dropped after the step. Nodes of the subgraph and
+their one-hop explicit neighbours are trainable; a sample of other stored points serves as
+negatives and stays frozen with everything else. The changed rows are pulled back under the
+norm bound M so the stored vectors stay valid until the next recalibration recomputes M.
 
 Recalibration retrains every point from its text initialization on the explicit edges plus
 every accumulated subgraph (each with its own query row), as `hygraph index` trains them; the
@@ -18,15 +18,33 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from hygraph.config import HyperbolicConfig, UpdatesConfig
 from hygraph.core import hyperbolic
-from hygraph.indexing.state import IndexState
 
 QUERY = "query"  # the root of every implicit subgraph (core/retrieval/hyperbolic.py ROOT)
+NEGATIVE_POOL = 512  # stored points sampled as negatives for one step
+
+
+class LivePoints(Protocol):
+    """The live hyperbolic points as the updater reads them (the vector collection and the terms)."""
+
+    M: float
+
+    def exists(self, chunk_id: str) -> bool: ...
+
+    def points(self, chunk_ids: Sequence[str]) -> np.ndarray:
+        """Current Poincaré points (float64), rows in `chunk_ids` order."""
+        ...
+
+    def neighbours(self, chunk_id: str) -> Sequence[str]: ...
+
+    def sample(self, k: int, rng: np.random.Generator, exclude: set[str]) -> list[str]:
+        """Up to k live chunk ids outside `exclude`, at random."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +72,7 @@ def observation(subgraph: dict[str, Any], query_vec: Sequence[float]) -> Observa
 
 
 class OnlineLearner:
-    """Queues observed subgraphs, takes L_inc steps on an IndexState's points, remembers them for recalibration."""
+    """Queues observed subgraphs, takes L_inc steps on the live points, remembers them for recalibration."""
 
     def __init__(self, hc: HyperbolicConfig, uc: UpdatesConfig) -> None:
         self.hc, self.uc = hc, uc
@@ -63,7 +81,6 @@ class OnlineLearner:
         self.dropped = 0
         self.steps = 0
         self.since_recalibration = 0
-        self._index: tuple[tuple[int, int], dict[str, int], np.ndarray, np.ndarray] | None = None
 
     def observe(self, obs: Observation) -> None:
         if len(self.pending) == self.pending.maxlen:
@@ -74,17 +91,8 @@ class OnlineLearner:
     def recalibration_due(self) -> bool:
         return self.since_recalibration >= self.uc.recalibrate_every
 
-    def _rows(self, state: IndexState) -> tuple[dict[str, int], np.ndarray, np.ndarray]:
-        """Chunk id -> row and the explicit graph's CSR for this state (rebuilt when an apply changed it)."""
-        key = (id(state), state.version)
-        if self._index is None or self._index[0] != key:
-            ids = state.cols["id"]
-            indptr, indices = hyperbolic.edge_adjacency(state.hyp["edges"], len(ids))
-            self._index = (key, {cid: i for i, cid in enumerate(ids)}, indptr, indices)
-        return self._index[1], self._index[2], self._index[3]
-
-    def step(self, state: IndexState) -> tuple[list[str], np.ndarray]:
-        """§3.3 Phase 1 (L_inc) for the oldest pending subgraph; updates `state` in place.
+    def step(self, live: LivePoints) -> tuple[list[str], np.ndarray]:
+        """§3.3 Phase 1 (L_inc) for the oldest pending subgraph.
 
         Returns the chunk ids whose points moved and their new storage vectors (float32).
         Chunks deleted since the query was served are left out of its subgraph.
@@ -92,31 +100,31 @@ class OnlineLearner:
         obs = self.pending.popleft()
         self.history.append(obs)
         self.since_recalibration += 1
-        row, indptr, indices = self._rows(state)
-        points = state.hyp["points"]
-        n = len(points)
-        edges = np.array([(n if p == QUERY else row[p], row[c]) for p, c in obs.edges
-                          if (p == QUERY or p in row) and c in row], dtype=np.int64).reshape(-1, 2)
-        if not len(edges):
-            return [], np.zeros((0, points.shape[1] + 2), np.float32)
-        nodes = np.unique(edges[edges < n])
-        neighbours = np.concatenate([indices[indptr[i]:indptr[i + 1]] for i in nodes])
-        anchor = hyperbolic.init_from_text(obs.query_vec[None, :], self.hc.dim, self.hc.seed)
+        pairs = [(p, c) for p, c in obs.edges if (p == QUERY or live.exists(p)) and live.exists(c)]
+        if not pairs:
+            return [], np.zeros((0, self.hc.dim + 2), np.float32)
+        nodes = list(dict.fromkeys(x for pair in pairs for x in pair if x != QUERY))
+        neighbours = list(dict.fromkeys(n for x in nodes for n in live.neighbours(x) if n not in set(nodes)))
+        rng = np.random.default_rng(self.hc.seed + self.steps)
+        pool = live.sample(NEGATIVE_POOL, rng, set(nodes) | set(neighbours))
+        ids = [*nodes, *neighbours, *pool]
+        row = {cid: i for i, cid in enumerate(ids)}
+        anchor = len(ids)
+        points = np.vstack([live.points(ids),
+                            hyperbolic.init_from_text(obs.query_vec[None, :], self.hc.dim, self.hc.seed)])
+        edges = np.array([(anchor if p == QUERY else row[p], row[c]) for p, c in pairs], dtype=np.int64)
         moved, changed = hyperbolic.incremental_step(
-            np.vstack([points, anchor]), edges, neighbours, steps=self.uc.online_steps, lr=self.hc.lr,
-            negatives=self.hc.negatives, seed=self.hc.seed + self.steps, frozen=np.array([n]))
+            points, edges, np.array([row[n] for n in neighbours], dtype=np.int64), steps=self.uc.online_steps,
+            lr=self.hc.lr, negatives=self.hc.negatives, seed=self.hc.seed + self.steps, frozen=np.array([anchor]))
         self.steps += 1
-        changed = changed[changed < n]
-        points[changed] = hyperbolic.fit_under_bound(moved[changed], state.hyp["M"])
-        ids = state.cols["id"]
-        return ([ids[i] for i in changed],
-                hyperbolic.storage_vectors(points[changed], state.hyp["M"]).astype(np.float32))
+        changed = changed[changed < anchor]
+        fitted = hyperbolic.fit_under_bound(moved[changed], live.M)
+        return [ids[i] for i in changed], hyperbolic.storage_vectors(fitted, live.M).astype(np.float32)
 
-    def recalibration(self, state: IndexState) -> Recalibration:
-        """Copy the inputs of a retrain and restart the count toward the next one."""
+    def recalibration(self, chunk_ids: list[str], embeddings: np.ndarray, explicit_edges: np.ndarray) -> Recalibration:
+        """The inputs of a retrain (copied by the caller) with every remembered subgraph; restarts the count."""
         self.since_recalibration = 0
-        return Recalibration(list(state.cols["id"]), np.array(state.cols["embedding"], copy=True),
-                             np.array(state.hyp["edges"], copy=True), list(self.history))
+        return Recalibration(chunk_ids, embeddings, explicit_edges, list(self.history))
 
 
 def retrain(job: Recalibration, hc: HyperbolicConfig, device: str) -> np.ndarray:
@@ -145,17 +153,15 @@ def retrain(job: Recalibration, hc: HyperbolicConfig, device: str) -> np.ndarray
     return points[:n]
 
 
-def install(state: IndexState, chunk_ids: list[str], points: np.ndarray) -> np.ndarray:
-    """Put retrained points into `state` by chunk id and recompute M (§3.3 Phase 2).
-
-    Chunks inserted while the retrain ran keep their current points. Returns the storage
-    vectors of every row (float32), for the new collection.
-    """
-    row = {cid: i for i, cid in enumerate(state.cols["id"])}
-    out = np.array(state.hyp["points"], copy=True)
-    for i, cid in enumerate(chunk_ids):
+def install(live_ids: Sequence[str], current: np.ndarray, chunk_ids: Sequence[str],
+            points: np.ndarray) -> tuple[np.ndarray, float]:
+    """Retrained points by chunk id over the live chunks' current points, and the recomputed bound M
+    (§3.3 Phase 2). Chunks inserted while the retrain ran keep their current points. Returns the
+    storage vectors of every live chunk (float32, rows in `live_ids` order) and M."""
+    row = {cid: i for i, cid in enumerate(chunk_ids)}
+    out = np.array(current, dtype=np.float64, copy=True)
+    for i, cid in enumerate(live_ids):
         if cid in row:
-            out[row[cid]] = points[i]
-    state.hyp["points"] = out
-    state.hyp["M"] = hyperbolic.norm_bound(hyperbolic.lorentz_lift(out))
-    return hyperbolic.storage_vectors(out, state.hyp["M"]).astype(np.float32)
+            out[i] = points[row[cid]]
+    m = float(hyperbolic.norm_bound(hyperbolic.lorentz_lift(out)))
+    return hyperbolic.storage_vectors(out, m).astype(np.float32), m

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray.serve import Application
 
-from hygraph.cluster.runtime import OFFLINE_ENV
+from hygraph.runtime import OFFLINE_ENV
 from hygraph.config import DeploymentConfig, HygraphConfig, load_config
 from hygraph.errors import ConfigError
 from hygraph.serve.deployments import Embedder, Generator, Retriever, answers_here
@@ -76,7 +76,7 @@ def llm_app(cfg: HygraphConfig) -> Application | None:
 
 def app_builder(args: dict[str, Any]) -> Application:
     """Serve's application builder: `args` = {"config": YAML path or null, "index_dir": path}."""
-    from hygraph.cluster.updater import start_updater
+    from hygraph.cluster.actor import start_updater
 
     cfg = load_config(args.get("config"))
     index_dir = args.get("index_dir") or cfg.index_dir

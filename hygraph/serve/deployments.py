@@ -27,14 +27,14 @@ from ray import serve
 
 from hygraph.backends.embedder import make_embedder
 from hygraph.backends.llm import make_llm
-from hygraph.cluster.updater import updater_name
+from hygraph.cluster.actor import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
 from hygraph.errors import IndexNotReady, InputError
 from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieval, answer, answer_stream,
                               no_answer)
 from hygraph.serve.metrics import EmbedderMetrics, IndexMetrics, LLMMetrics
-from hygraph.store.snapshot import SnapshotStore
+from hygraph.store.versions import IndexStore
 
 log = logging.getLogger("hygraph.serve")
 UPDATER_LOOKUP_S = 30.0  # how often a Retriever looks again for an updater that was not running
@@ -112,7 +112,8 @@ class Retriever:
         self._pipeline: QueryPipeline | None = None
         self.llm_metrics = LLMMetrics()
         self.index_metrics = IndexMetrics()
-        self.encoder = QuestionEncoder(cfg, cfg.serve.retriever.num_cpus) if cfg.serve.embedding == "retriever" else None
+        self.encoder = (QuestionEncoder(cfg, cfg.serve.retriever.num_cpus) if cfg.serve.embedding == "retriever"
+                        else None)
         self._open_when_built()
         self._poll_s = cfg.serve.version_poll_s
         self._learn = cfg.updates.online_learning and cfg.hyperbolic.enabled
@@ -124,7 +125,7 @@ class Retriever:
         threading.Thread(target=self._follow_current, name="hygraph-version-poll", daemon=True).start()
 
     def _open_when_built(self) -> None:
-        if self._pipeline is None and SnapshotStore(self.index_dir).current_version() is not None:
+        if self._pipeline is None and IndexStore(self.index_dir).current_version() is not None:
             engine = QueryEngine(self.cfg, self.index_dir, embedder=self.encoder.model if self.encoder else None)
             self._pipeline = QueryPipeline(engine)
             log.info("serving index version %d", engine.version)
@@ -151,7 +152,7 @@ class Retriever:
                     self.index_metrics.version.set(self._pipeline.engine.version)
             except Exception:  # noqa: BLE001 - a half-visible version is retried on the next poll
                 log.warning("could not load index version %s; still serving %s",
-                            SnapshotStore(self.index_dir).current_version(),
+                            IndexStore(self.index_dir).current_version(),
                             self._pipeline.engine.version if self._pipeline else "none", exc_info=True)
 
     async def query(self, req: QueryRequest, query_vec: np.ndarray | None = None) -> QueryResult | Retrieval:

@@ -2,10 +2,11 @@
 
 One `Gateway` per ingress replica, reached from a route through `request.app.state.gateway`.
 It runs the query pipeline's steps over the handles (`pipeline.py`; where each step runs is the
-`serve.embedding` and `serve.answer` config) and answers job status. Read-your-writes: a job reads `done` once the version holding it is published, and
-reports that version; a query asks the Retriever for at least the highest version any job
-status here has reported (and at least the request's own `min_index_version`), so a client
-that saw `done` is never answered from an older version.
+`serve.embedding` and `serve.answer` config) and answers job status. Read-your-writes: a job
+reads `done` once the version holding it is published, and reports that version; a query asks
+the Retriever for at least the highest version any job status here has reported (and at least
+the request's own `min_index_version`), so a client that saw `done` is never answered from an
+older version.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from typing import Any, AsyncIterator
 
 from ray.serve.handle import DeploymentHandle
 
-from hygraph.cluster.updater import summaries_pending, updater_name
+from hygraph.cluster.actor import updater_name
+from hygraph.cluster.jobs import job_status
 from hygraph.config import HygraphConfig
 from hygraph.pipeline import QueryRequest, QueryResult, Retrieval
 from hygraph.serve.http import ApiError, api_keys
 from hygraph.serve.metrics import IngressMetrics
 from hygraph.store.journal import Journal
-from hygraph.store.snapshot import SnapshotStore
+from hygraph.store.versions import IndexStore
 
 
 class Gateway:
@@ -38,7 +40,7 @@ class Gateway:
             h.options(_by_reference=False) if h is not None else None for h in (retriever, embedder, generator))
         self.keys = api_keys(cfg.serve, cfg.profile)
         self.journal = Journal(index_dir)
-        self.store = SnapshotStore(index_dir)
+        self.store = IndexStore(index_dir)
         self.metrics = IngressMetrics()
         self.index_name = Path(index_dir).resolve().name
         self.updater_name = updater_name(index_dir)
@@ -62,7 +64,8 @@ class Gateway:
         result.seconds["total"] = time.perf_counter() - started
         out = result.to_json()
         self.metrics.observe_query(result.request.mode, result.seconds,
-                                   {k: len(v) for k, v in out["context"].items() if isinstance(v, list) and k != "citations"})
+                                   {k: len(v) for k, v in out["context"].items()
+                                    if isinstance(v, list) and k != "citations"})
         return out
 
     async def query(self, req: QueryRequest) -> dict[str, Any]:
@@ -91,19 +94,10 @@ class Gateway:
         job = await asyncio.to_thread(self.journal.find, job_id)
         if job is None:
             return None
-        # Before the first build lands there is no version: every job is still queued.
-        manifest = (await asyncio.to_thread(self.store.open)).manifest \
-            if self.store.current_version() is not None else {"journal_offset": 0, "version": None}
-        status, error = await asyncio.to_thread(self.journal.status, job, int(manifest["journal_offset"]))
-        body: dict[str, Any] = {"job_id": job_id, "op": job.op, "status": status,
-                                "index_version": manifest["version"] if status == "done" else None}
-        if status == "done":
+        body = await asyncio.to_thread(job_status, self.store, self.journal, job)
+        if body["status"] == "done":
             with self._floor_lock:
-                self._floor = max(self._floor, int(manifest["version"]))
-            if job.op == "insert":
-                body["summaries"] = "pending" if summaries_pending(manifest, job) else "done"
-        if error:
-            body["error"] = error
+                self._floor = max(self._floor, int(body["index_version"]))
         return body
 
     def updater(self) -> Any:

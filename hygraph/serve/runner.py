@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from hygraph.backends import vectorstore
-from hygraph.cluster.runtime import ensure_port_free, init_ray
-from hygraph.cluster.updater import start_updater, stop_updater
+from hygraph.runtime import ensure_port_free, init_ray
+from hygraph.cluster.actor import start_updater, stop_updater
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
 from hygraph.indexing.build import ensure_demo_index
@@ -65,7 +65,8 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
         keys = api_keys(cfg.serve, cfg.profile)
         auth = f" -H \"Authorization: Bearer {_key_hint(cfg)}\"" if keys and cfg.serve.require_key_for_reads else ""
         _say(f"try: curl -s {url}/v1/query{auth} -H 'Content-Type: application/json' "
-             "-d '{\"question\": \"Who wrote a song after attending a luau in the Koolauloa District on the island of Oahu?\"}'")
+             "-d '{\"question\": \"Who wrote a song after attending a luau in the Koolauloa District "
+             "on the island of Oahu?\"}'")
         if keys:
             _say(f"writes (POST /v1/documents, DELETE /v1/documents/ID) need "
                  f"-H \"Authorization: Bearer {_key_hint(cfg)}\"")

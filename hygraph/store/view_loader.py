@@ -1,71 +1,248 @@
-"""Snapshot version -> the in-memory IndexView that retrieval strategies read."""
+"""A version -> the IndexView that retrieval strategies read: read-only mappings over its mapped segments.
+
+Lookups copy nothing into the process: each decodes one value from the memory-mapped columns,
+so Retriever replicas on one node share the version's pages. A summary's leaves are derived from
+its children on demand (iterated in sorted order, tested with `in` by walking up its parents),
+so no version stores the large leaf lists of the upper layers.
+
+Two structures are whole-collection by nature and are derived in memory when a version is
+loaded, in Arrow and numpy over the mapped columns: the BM25 indexes (corpus statistics span
+every document; the stored rows are per document so that an update writes only its own) and
+the hybrid graph with its PageRank walk (a power iteration touches every node).
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import heapq
+from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import scipy.sparse as sp
 
-from hygraph.core.hyperbolic import edge_adjacency
+from hygraph.core.graph import HybridGraph
+from hygraph.core.lexical import LexicalIndex
 from hygraph.core.retrieval.propagation import walk_for
 from hygraph.core.retrieval.view import IndexView
-from hygraph.store.graph_io import read_graph
-from hygraph.store.lexical_io import has_lexical, read_lexical
-from hygraph.store.snapshot import Snapshot
+from hygraph.errors import StoreError
+from hygraph.model import SummaryNode
+from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, LEXICAL_CHUNKS, LEXICAL_ENTITIES,
+                                     NODE_CHUNK, NODE_ENTITY, NODE_HYPEREDGE, PARENTS, RELATIONS, SUMMARIES, TERMS,
+                                     Artifact, PostingsRow)
+from hygraph.store.table import Table
+from hygraph.store.versions import Version
+
+V = TypeVar("V")
 
 
-def _invert(owner_ids: list[str], members: list[list[str]]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = defaultdict(list)
-    for oid, ms in zip(owner_ids, members):
-        for m in ms:
-            out[m].append(oid)
-    return dict(out)
+class ColumnMap(Mapping[str, V], Generic[V]):
+    """One column of an artifact, by key."""
+
+    def __init__(self, table: Table[Any], column: str) -> None:
+        self.table, self.column = table, column
+
+    def __getitem__(self, key: str) -> V:
+        return self.table.value(key, self.column)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = self.table.locate(key) if isinstance(key, str) else None
+        if found is None:
+            return default
+        seg, row = found
+        return seg.column(self.column)[row]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __iter__(self) -> Iterator[str]:
+        return self.table.ids()
 
 
-def load_view(snap: Snapshot) -> IndexView:
-    chunks = snap.table("chunks").select(["id", "doc_id", "text"]).to_pydict()
-    docs = snap.table("documents").select(["id", "title"]).to_pydict()
-    view = IndexView(version=snap.version, chunk_text=dict(zip(chunks["id"], chunks["text"])),
-                     chunk_doc=dict(zip(chunks["id"], chunks["doc_id"])), titles=dict(zip(docs["id"], docs["title"])))
-    if has_lexical(snap, "chunks"):
-        view.chunk_lexical = read_lexical(snap, "chunks")
-    if not snap.has("entities"):
+class RowMap(Mapping[str, V], Generic[V]):
+    """Several columns of an artifact, by key, made into one value."""
+
+    def __init__(self, table: Table[Any], columns: tuple[str, ...], make: Callable[..., V]) -> None:
+        self.table, self.columns, self.make = table, columns, make
+
+    def __getitem__(self, key: str) -> V:
+        found = self.table.locate(key)
+        if found is None:
+            raise KeyError(key)
+        seg, row = found
+        return self.make(*(seg.column(c)[row] for c in self.columns))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __iter__(self) -> Iterator[str]:
+        return self.table.ids()
+
+
+class Parents:
+    """Which summaries list a node, read through the parents artifact; the answers are kept (they never change
+    within a version), up to a bound."""
+
+    LIMIT = 200_000
+
+    def __init__(self, table: Table[Any]) -> None:
+        self.table = table
+        self.known: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self, node: str) -> tuple[str, ...]:
+        got = self.known.get(node)
+        if got is None:
+            found = self.table.locate(node)
+            got = found[0].column("summaries")[found[1]] if found is not None else ()
+            if len(self.known) >= self.LIMIT:
+                self.known.clear()
+            self.known[node] = got
+        return got
+
+
+class Leaves:
+    """The layer-0 leaves of one summary: sorted(children's leaves ∪ its extra leaves)."""
+
+    def __init__(self, summaries: Table[Any], parents: Parents, sid: str, layer: int) -> None:
+        self.summaries, self.parents, self.sid, self.layer = summaries, parents, sid, layer
+
+    def __iter__(self) -> Iterator[str]:
+        last = None
+        for leaf in self._merged(self.sid, self.layer):
+            if leaf != last:
+                yield leaf
+                last = leaf
+
+    def _merged(self, sid: str, layer: int) -> Iterator[str]:
+        children = self.summaries.value(sid, "children")
+        extra = self.summaries.value(sid, "extra_leaves")
+        if layer == 1:
+            return iter(sorted({*children, *extra}))
+        # Children are summaries, usually one layer down; Leiden attachment (HyGRAG §3.4) may hang a new
+        # layer-1 summary under a higher one, so each child's layer is read from its id.
+        return heapq.merge(*(Leaves(self.summaries, self.parents, c, SummaryNode.layer_of(c)) for c in children),
+                           iter(sorted(extra)))
+
+    def __contains__(self, node: object) -> bool:
+        """Whether `node` (a layer-0 id) is under this summary: its ancestors up to this summary's layer."""
+        if not isinstance(node, str):
+            return False
+        frontier, seen = {node}, set()
+        while frontier:
+            if self.sid in frontier:
+                return True
+            seen |= frontier
+            frontier = {p for n in frontier for p in self.parents(n)
+                        if p not in seen and SummaryNode.layer_of(p) <= self.layer}
+        return False
+
+
+class LeavesMap(Mapping[str, Leaves]):
+    def __init__(self, summaries: Table[Any], parents: Table[Any]) -> None:
+        self.summaries, self.parents = summaries, Parents(parents)
+
+    def __getitem__(self, sid: str) -> Leaves:
+        return Leaves(self.summaries, self.parents, sid, self.summaries.value(sid, "layer"))
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self.summaries
+
+    def __len__(self) -> int:
+        return len(self.summaries)
+
+    def __iter__(self) -> Iterator[str]:
+        return self.summaries.ids()
+
+
+def _col(version: Version, artifact: Artifact[Any], column: str) -> ColumnMap[Any]:
+    return ColumnMap(version.table(artifact), column)
+
+
+def _arrays(version: Version, artifact: Artifact[Any], columns: Sequence[str]) -> list[pa.Array]:
+    """Whole columns of the live rows, one array each (a whole-collection read)."""
+    schema = artifact.schema(version.manifest.dims)
+    batches = list(version.table(artifact).batches(columns))
+    return [pa.chunked_array([b.column(i) for b in batches], schema.field(name).type).combine_chunks()
+            for i, name in enumerate(columns)]
+
+
+def lexical_index(version: Version, artifact: Artifact[PostingsRow]) -> LexicalIndex:
+    """The BM25 index of the stored postings: terms numbered in first-seen order over the rows, as
+    core.lexical.build numbers them, so scores equal those of a build over the same documents."""
+    ids, terms, counts = _arrays(version, artifact, ("id", "terms", "counts"))
+    encoded = pc.dictionary_encode(terms.flatten())
+    indptr = np.concatenate([[0], np.cumsum(terms.value_lengths().to_numpy(), dtype=np.int64)])
+    # Arrow's buffers are read-only; the index arrays are copied so that the rows' terms can be sorted in place.
+    matrix = sp.csr_matrix((counts.flatten().to_numpy().astype(np.float32), encoded.indices.to_numpy().copy(), indptr),
+                           shape=(len(ids), len(encoded.dictionary)))
+    matrix.sort_indices()
+    return LexicalIndex(tuple(ids.to_pylist()), tuple(encoded.dictionary.to_pylist()), matrix)
+
+
+def _positions(values: pa.Array, nodes: pa.Array, what: str) -> np.ndarray:
+    found = pc.index_in(values, value_set=nodes)
+    if found.null_count:  # the graph stage writes both ends of every edge; a miss is a damaged version
+        raise StoreError(f"{what} names a node the graph artifact does not hold")
+    return found.to_numpy().astype(np.int64)
+
+
+def _graph(version: Version) -> HybridGraph:
+    """The hybrid graph of the stored neighbour lists, nodes ordered as a build orders them (chunks, then
+    entities and hyperedges sorted by id), with its relations."""
+    ids, kinds, neighbours = _arrays(version, GRAPH, ("id", "kind", "neighbours"))
+    node_ids = np.asarray(ids.to_pylist(), dtype=object)
+    kind = kinds.to_numpy()
+    chunk_ids = list(node_ids[kind == NODE_CHUNK])
+    entity_ids = sorted(node_ids[kind == NODE_ENTITY])
+    hyperedge_ids = sorted(node_ids[kind == NODE_HYPEREDGE])
+    nodes = pa.array(chunk_ids + entity_ids + hyperedge_ids, pa.large_string())
+    src = np.repeat(_positions(ids, nodes, "a graph row"), neighbours.value_lengths().to_numpy())
+    dst = _positions(neighbours.flatten(), nodes, "a neighbour list")
+    rel_ids, heads, tails = _arrays(version, RELATIONS, ("id", "head", "tail"))
+    return HybridGraph.from_arrays({
+        "chunk_ids": chunk_ids, "entity_ids": entity_ids, "hyperedge_ids": hyperedge_ids, "edge_src": src,
+        "edge_dst": dst, "relation_ids": rel_ids.to_pylist(),
+        "relation_heads": _positions(heads, nodes, "a relation head"),
+        "relation_tails": _positions(tails, nodes, "a relation tail")})
+
+
+def load_view(version: Version) -> IndexView:
+    view = IndexView(version=version.version, chunk_text=_col(version, CHUNKS, "text"),
+                     chunk_doc=_col(version, CHUNKS, "doc_id"), titles=_col(version, DOCUMENTS, "title"))
+    if version.has(LEXICAL_CHUNKS):
+        view.chunk_lexical = lexical_index(version, LEXICAL_CHUNKS)
+    if not version.has(ENTITIES):
         return view
-    if has_lexical(snap, "entities"):
-        view.entity_lexical = read_lexical(snap, "entities")
-    view.graph = read_graph(snap)
+    if version.has(LEXICAL_ENTITIES):
+        view.entity_lexical = lexical_index(version, LEXICAL_ENTITIES)
+    view.graph = _graph(version)
     view.walk = walk_for(view.graph, view.chunk_doc, view.titles)
-    ent = snap.table("entities").to_pydict()
-    view.entity_name = dict(zip(ent["id"], ent["name"]))
-    view.entity_desc = dict(zip(ent["id"], ent["description"]))
-    view.entity_score = dict(zip(ent["id"], ent["score"]))
-    view.entity_chunks = dict(zip(ent["id"], ent["chunks"]))
-
-    rel = snap.table("relations").to_pydict()
-    view.relations = {i: (h, r, t, s) for i, h, r, t, s in
-                      zip(rel["id"], rel["head"], rel["relation"], rel["tail"], rel["score"])}
-    view.relation_chunks = dict(zip(rel["id"], rel["chunks"]))
-    view.entity_relations = _invert(rel["id"], [[h, t] for h, t in zip(rel["head"], rel["tail"])])
-
-    he = snap.table("hyperedges").to_pydict()
-    view.hyperedge_text = dict(zip(he["id"], he["text"]))
-    view.hyperedge_entities = {i: tuple(e) for i, e in zip(he["id"], he["entities"])}
-    view.hyperedge_score = dict(zip(he["id"], he["score"]))
-    view.hyperedge_chunks = dict(zip(he["id"], he["chunks"]))
-    view.entity_hyperedges = _invert(he["id"], he["entities"])
-
-    if snap.has("summaries"):
-        sm = snap.table("summaries").to_pydict()
-        view.summary_text = dict(zip(sm["id"], sm["text"]))
-        view.summary_layer = dict(zip(sm["id"], sm["layer"]))
-        view.summary_children = {i: tuple(c) for i, c in zip(sm["id"], sm["children"])}
-        view.summary_leaves = {i: tuple(c) for i, c in zip(sm["id"], sm["leaves"])}
-
-    if snap.has("hyperbolic_points"):
-        hyp = snap.manifest["hyperbolic"]
-        view.hyper_chunk_ids = chunks["id"]
-        view.hyper_row = {cid: i for i, cid in enumerate(chunks["id"])}
-        view.hyper_adj_indptr, view.hyper_adj_indices = edge_adjacency(
-            np.asarray(snap.array("hyperbolic_edges")), len(chunks["id"]))
-        view.hyper_dim, view.hyper_seed = int(hyp["dim"]), int(hyp["seed"])
+    view.entity_name = _col(version, ENTITIES, "name")
+    view.entity_desc = _col(version, ENTITIES, "description")
+    view.entity_score = _col(version, ENTITIES, "score")
+    view.entity_chunks = _col(version, ENTITIES, "chunks")
+    view.entity_relations = _col(version, ENTITIES, "relations")
+    view.entity_hyperedges = _col(version, ENTITIES, "hyperedges")
+    view.relations = RowMap(version.table(RELATIONS), ("head", "relation", "tail", "score"),
+                            lambda h, r, t, s: (h, r, t, s))
+    view.relation_chunks = _col(version, RELATIONS, "chunks")
+    view.hyperedge_text = _col(version, HYPEREDGES, "text")
+    view.hyperedge_entities = _col(version, HYPEREDGES, "entities")
+    view.hyperedge_score = _col(version, HYPEREDGES, "score")
+    view.hyperedge_chunks = _col(version, HYPEREDGES, "chunks")
+    if version.has(SUMMARIES):
+        view.summary_text = _col(version, SUMMARIES, "text")
+        view.summary_layer = _col(version, SUMMARIES, "layer")
+        view.summary_children = _col(version, SUMMARIES, "children")
+        view.summary_leaves = LeavesMap(version.table(SUMMARIES), version.table(PARENTS))
+    hyp = version.manifest.hyperbolic
+    if hyp is not None and version.has(TERMS):
+        view.hyper_neighbours = _col(version, TERMS, "neighbours")
+        view.hyper_dim, view.hyper_seed = hyp.dim, hyp.seed
     return view

@@ -56,7 +56,8 @@ def test_two_processes_read_the_same_index(built_index):
     index_dir, _ = built_index
     procs = [subprocess.Popen([*HYGRAPH, "query", "--index-dir", str(index_dir), "--mode", "dense", q],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
-             for q in ("If Gallu is a demon Lilu is what?", "Are Christopher Nolan and Sathish Kalathil both film directors?")]
+             for q in ("If Gallu is a demon Lilu is what?",
+                       "Are Christopher Nolan and Sathish Kalathil both film directors?")]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (stdout, stderr) in zip(procs, outs):
         assert p.returncode == 0, stderr[-2000:]

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from hygraph.config import MODES
-from hygraph.store.graph_io import read_graph
-from hygraph.store.snapshot import SnapshotStore
+from hygraph.store.artifacts import CHUNKS, ENTITIES, GRAPH, HYPERPLANES, LEXICAL_CHUNKS, LEXICAL_ENTITIES, RELATIONS
+from hygraph.store.versions import IndexStore
+from tests.index_tables import chunks_of, leaves
 from tests.integration.conftest import DATA, cli_env, last_json, run_cli
 
 pytestmark = pytest.mark.integration
@@ -27,13 +28,19 @@ def test_graph_index_has_every_part(built_index):
     for stage in ("chunk+embed+extract", "hybrid graph", "cleora", "hierarchy", "hyperbolic", "lexical",
                   "write vectors"):
         assert stage in stats["seconds_per_stage"]
-    snap = SnapshotStore(index_dir).open()
-    assert set(snap.manifest["collections"]) == {"chunks", "entities", "relations", "hyperedges", "summaries",
+    version = IndexStore(index_dir).open()
+    assert set(version.manifest.collections) == {"chunks", "entities", "relations", "hyperedges", "summaries",
                                                  "hyperbolic"}
-    assert snap.manifest["hyperbolic"]["M"] > 1.0
-    assert snap.has("hyperplanes_L1") and snap.has("cleora")
-    assert snap.has("lexical_chunks_ids") and snap.has("lexical_entities_ids")  # the BM25 postings
-    assert read_graph(snap).edge_counts() == stats["edges"]  # the stored graph is the built one
+    assert version.manifest.hyperbolic.M > 1.0
+    assert "L1" in version.table(HYPERPLANES)
+    # The stored graph is the built one: every edge listed at both ends, as many as the build counted.
+    graph = version.table(GRAPH)
+    neighbours = dict(zip(graph.values("id"), graph.values("neighbours")))
+    assert all(node in neighbours[other] for node, nbs in neighbours.items() for other in nbs)
+    assert sum(len(nbs) for nbs in neighbours.values()) == 2 * sum(stats["edges"].values())
+    # The BM25 postings: a row per chunk and per entity.
+    assert sorted(version.table(LEXICAL_CHUNKS).values("id")) == sorted(version.table(CHUNKS).values("id"))
+    assert sorted(version.table(LEXICAL_ENTITIES).values("id")) == sorted(version.table(ENTITIES).values("id"))
 
 
 def test_every_mode_answers_through_eval(built_index, hotpot_subset):
@@ -76,13 +83,12 @@ def test_triples_import_builds_the_graph_from_them(tmp_path):
     out = last_json(run_cli("index", "--corpus", str(corpus), "--triples", str(tfile),
                             "--index-dir", str(tmp_path / "idx")))
     assert "extract" not in out["llm_calls"]
-    snap = SnapshotStore(tmp_path / "idx").open()
-    names = set(snap.table("entities").column("id").to_pylist())
+    version = IndexStore(tmp_path / "idx").open()
     # "Journal of Mathematical Physics" is an entity of the first passage's OpenIE output.
-    assert "journal of mathematical physics" in names
-    rels = snap.table("relations").to_pydict()
+    assert "journal of mathematical physics" in version.table(ENTITIES)
+    rels = version.table(RELATIONS)
     assert any(h == "journal of mathematical physics" and t == "american institute of physics"
-               for h, t in zip(rels["head"], rels["tail"]))
+               for h, t in zip(rels.values("head"), rels.values("tail")))
 
 
 def test_leiden_partitioner_builds_and_serves_global(tmp_path):
@@ -97,8 +103,7 @@ def test_leiden_partitioner_builds_and_serves_global(tmp_path):
     out = last_json(run_cli("index", "--corpus", str(corpus), "--triples", str(tfile), "--index-dir", str(idx),
                             env=env))
     assert out["stats"]["segments_per_layer"]["L1"] > 1
-    snap = SnapshotStore(idx).open()
-    assert snap.manifest["hierarchy"]["partitioner"] == "leiden"
+    assert IndexStore(idx).manifest().hierarchy.partitioner == "leiden"
     res = last_json(run_cli("query", "--index-dir", str(idx), "--mode", "global",
                             "What is the Journal of Mathematical Physics?", env=env))
     assert res["passages"] and res["context"]["summaries"]
@@ -110,19 +115,11 @@ def test_leiden_partitioner_builds_and_serves_global(tmp_path):
     ins = last_json(run_cli("insert", "--index-dir", str(idx), "--corpus", str(extra), env=env))
     assert ins["documents"] == 3 and ins["summaries_rebuilt"] >= 1
 
-    def leaves_of_doc(doc_id: str) -> tuple[set[str], set[str]]:
-        snap = SnapshotStore(idx).open()
-        chunks = snap.table("chunks").to_pydict()
-        mine = {c for c, d in zip(chunks["id"], chunks["doc_id"]) if d == doc_id}
-        summaries = snap.table("summaries").to_pydict()
-        return mine, {leaf for lv in summaries["leaves"] for leaf in lv} & mine
-
-    mine, summarized = leaves_of_doc(new[0]["id"])
-    assert mine and summarized == mine  # the new chunks are leaves of the hierarchy
+    mine = chunks_of(idx, new[0]["id"])
+    assert mine and mine <= leaves(idx)  # the new chunks are leaves of the hierarchy
     gone = last_json(run_cli("delete", "--index-dir", str(idx), "--ids", new[0]["id"], env=env))
     assert gone["documents_removed"] == 1 and gone["summaries_rebuilt"] >= 1
-    summaries = SnapshotStore(idx).open().table("summaries").to_pydict()
-    assert not mine & {leaf for lv in summaries["leaves"] for leaf in lv}
+    assert not mine & leaves(idx)
 
 
 def test_unknown_triples_passage_is_exit_2(tmp_path, hotpot_subset):

@@ -17,10 +17,10 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from hygraph.client import ApiError, Client
+from hygraph.client import Client
 from hygraph.config import MODES
 from hygraph.store.journal import Journal
-from hygraph.store.snapshot import SnapshotStore
+from tests.index_tables import doc_ids
 from tests.integration.conftest import DATA, last_json, run_cli, serving
 from tests.sockets import exposed, listening
 
@@ -50,7 +50,7 @@ def hostile_server(tmp_path_factory):
 
 
 def _documents(index_dir: Path) -> list[str]:
-    return SnapshotStore(index_dir).open().table("documents").column("id").to_pylist()
+    return doc_ids(index_dir)
 
 
 def _expected(index_dir: Path, initial: set[str]) -> set[str]:

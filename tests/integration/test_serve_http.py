@@ -159,7 +159,8 @@ def test_writes_need_the_key_are_journaled_and_applied_under_query_load(server):
     assert not failures, failures[:3]
     assert versions and versions == sorted(versions)  # one Retriever replica: it only moves forward
     lines = [json.loads(l) for l in (server["index_dir"] / "journal" / "journal.jsonl").read_text().splitlines()]
-    assert [(l["job_id"], l["op"]) for l in lines[-2:]] == [(accepted["job_id"], "insert"), (deleted["job_id"], "delete")]
+    assert [(l["job_id"], l["op"]) for l in lines[-2:]] == \
+        [(accepted["job_id"], "insert"), (deleted["job_id"], "delete")]
     with pytest.raises(ApiError) as err:
         server["client"].job("no-such-job")
     assert err.value.status == 404
@@ -187,13 +188,16 @@ def test_bad_queries_get_a_clear_4xx(server, body, status, field):
 
 def test_bad_chat_and_unknown_routes(server):
     url = server["url"]
-    resp = httpx.post(url + "/v1/chat/completions", json={"model": "hygraph", "messages": [{"role": "system", "content": "hi"}]})
+    resp = httpx.post(url + "/v1/chat/completions",
+                      json={"model": "hygraph", "messages": [{"role": "system", "content": "hi"}]})
     assert resp.status_code == 422 and "messages" in resp.json()["error"]["message"]
-    resp = httpx.post(url + "/v1/chat/completions", json={"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]})
+    resp = httpx.post(url + "/v1/chat/completions",
+                      json={"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]})
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found"
     resp = httpx.get(url + "/v1/nothing")
     assert resp.status_code == 404 and "error" in resp.json()
-    resp = httpx.post(url + "/v1/documents", json={"documents": [{"text": ""}]}, headers={"Authorization": f"Bearer {KEY}"})
+    resp = httpx.post(url + "/v1/documents", json={"documents": [{"text": ""}]},
+                      headers={"Authorization": f"Bearer {KEY}"})
     assert resp.status_code == 422 and resp.json()["error"]["message"].startswith("documents.0.text")
 
 
@@ -257,7 +261,8 @@ def test_hyperbolic_queries_feed_the_online_learner_and_recalibration_is_on_dema
         resp = httpx.post(url + "/v1/updater/recalibrate", headers={"Authorization": f"Bearer {KEY}"})
         assert resp.status_code == 202 and resp.json() == {"requested": True}
         deadline = time.monotonic() + 120
-        while (status := httpx.get(url + "/v1/updater").json())["online"]["recalibrations"] < online["recalibrations"] + 1:
+        while (status := httpx.get(url + "/v1/updater").json())["online"]["recalibrations"] < \
+                online["recalibrations"] + 1:
             assert time.monotonic() < deadline, status
             time.sleep(0.5)
         published = status["last_result"]["version"]

@@ -56,7 +56,8 @@ class StubGateway:
 @pytest.fixture()
 def client():
     gw = StubGateway()
-    api = build_api(gw, HttpLimits(max_body_bytes=4096, body_timeout_s=1.0, max_header_bytes=8192, on_request=lambda e: None,
+    api = build_api(gw, HttpLimits(max_body_bytes=4096, body_timeout_s=1.0, max_header_bytes=8192,
+                                   on_request=lambda e: None,
                                    on_error=lambda e, err: gw.metrics.errors.inc(tags={"status": err.status})))
     with TestClient(api, raise_server_exceptions=False) as c:
         c.gw = gw
@@ -114,7 +115,8 @@ def test_writes_need_the_key_and_ids_follow_the_rule(client):
     auth = {"Authorization": f"Bearer {KEY}"}
     resp = _post(client, "/v1/documents", {"documents": [doc]}, headers=auth)
     assert resp.status_code == 202 and client.gw.appended[-1][1]["documents"][0]["id"] == doc["id"]
-    for bad, where in [({"id": "a\nb", "text": "x"}, "documents.0.id"), ({"id": "x" * 257, "text": "x"}, "documents.0.id"),
+    for bad, where in [({"id": "a\nb", "text": "x"}, "documents.0.id"),
+                       ({"id": "x" * 257, "text": "x"}, "documents.0.id"),
                        ({"text": "x", "metadata": {"k": [[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]}}, "documents.0.metadata")]:
         resp = _post(client, "/v1/documents", {"documents": [bad]}, headers=auth)
         assert resp.status_code == 422 and resp.json()["error"]["message"].startswith(where), resp.text

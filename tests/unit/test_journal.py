@@ -52,7 +52,8 @@ def test_a_malformed_line_becomes_an_invalid_job_and_later_jobs_still_parse(tmp_
     j = Journal(tmp_path)
     a = j.append("insert", {"documents": [{"id": "d1", "text": "one"}]})
     with j.path.open("ab") as fh:
-        fh.write(b'{"job_id": "' + b"f" * 32 + b'", "op": "insert", "accepted_at": 1, "documents": [{"id": "a\\nb", "text": "x"}]}\n')
+        fh.write(b'{"job_id": "' + b"f" * 32
+                 + b'", "op": "insert", "accepted_at": 1, "documents": [{"id": "a\\nb", "text": "x"}]}\n')
         fh.write(b"not json at all\n")
         fh.write(b'{"job_id": 7}\n')
     b = j.append("delete", {"ids": ["d1"]})

@@ -336,7 +336,8 @@ def test_gpu_overlay_runs_vllm_in_its_own_rayservice_where_the_profile_points():
         pod = g["template"]["spec"]
         [container] = pod["containers"]
         image, tag = container["image"].rsplit(":", 1)
-        assert image == "rayproject/ray-llm" and tag.startswith(f"{rs['spec']['rayClusterConfig']['rayVersion']}-py311-")
+        assert image == "rayproject/ray-llm"
+        assert tag.startswith(f"{rs['spec']['rayClusterConfig']['rayVersion']}-py311-")
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == "/models/hf"
         mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
@@ -392,7 +393,8 @@ def test_index_job_submits_hygraph_index_to_the_cluster(target):
     assert env["RAY_DASHBOARD"] == f"http://{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
     head = one(target, "RayService", "hygraph")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]
     assert svc["spec"]["selector"].items() <= head["metadata"]["labels"].items()
-    assert {"name": svc["spec"]["ports"][0]["targetPort"], "containerPort": 8265} in head["spec"]["containers"][0]["ports"]
+    port = {"name": svc["spec"]["ports"][0]["targetPort"], "containerPort": 8265}
+    assert port in head["spec"]["containers"][0]["ports"]
     workers = one(target, "RayService", "hygraph")["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     assert all(not svc["spec"]["selector"].items() <= g["template"]["metadata"]["labels"].items() for g in workers)
     assert env["HYGRAPH_CONFIG"] == f"{CONFIG_MOUNT}/{PROFILE[target]}"
@@ -427,7 +429,7 @@ def test_podmonitor_scrapes_every_ray_pod(target):
 
 def _exported_metrics() -> tuple[set[str], set[str]]:
     """(all names, histogram names) that the serving and updater metrics create."""
-    src = "\n".join((ROOT / "hygraph" / path).read_text() for path in ("serve/metrics.py", "cluster/updater.py"))
+    src = "\n".join((ROOT / "hygraph" / path).read_text() for path in ("serve/metrics.py", "cluster/actor.py"))
     names = set(re.findall(r'\.(?:Histogram|Counter|Gauge)\(\s*"(hygraph_\w+)"', src))
     hist = set(re.findall(r'\.Histogram\(\s*"(hygraph_\w+)"', src))
     assert {"hygraph_query_latency_ms", "hygraph_requests_total", "hygraph_ingest_lag_seconds"} <= names
@@ -470,7 +472,8 @@ def test_grafana_dashboard_uses_only_exported_metrics():
 def test_grafana_dashboard_ships_as_a_configmap(target):
     [cm] = [d for d in rendered(target) if d["metadata"]["name"].startswith("hygraph-grafana-dashboard")]
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert json.loads(cm["data"]["hygraph.json"]) == json.loads((K8S / "monitoring" / "grafana-dashboard.json").read_text())
+    dashboard = json.loads((K8S / "monitoring" / "grafana-dashboard.json").read_text())
+    assert json.loads(cm["data"]["hygraph.json"]) == dashboard
 
 
 # ---------------------------------------------------------------------------------------- Milvus, image

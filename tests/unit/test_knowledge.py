@@ -3,7 +3,7 @@ import json
 import pytest
 
 from hygraph.errors import InputError
-from hygraph.indexing.knowledge import extractions_from_triples, load_kg, merge_extractions
+from hygraph.indexing.stages.knowledge import extractions_from_triples, load_kg, merge_extractions
 from hygraph.model import Chunk, Entity, Extraction, Hyperedge, Relation, TripleRecord
 
 
@@ -60,7 +60,7 @@ def test_kg_import_validates_lines(tmp_path):
 
 def test_remove_chunks_drops_only_what_lost_all_support():
     from hygraph.model import Entity, Extraction, Hyperedge, Relation
-    from hygraph.indexing.knowledge import merge_extractions
+    from hygraph.indexing.stages.knowledge import merge_extractions
 
     a = Extraction("c1", entities=[Entity("ada", "Ada"), Entity("bob", "Bob")],
                    relations=[Relation.make("Ada", "knows", "Bob")],

@@ -1,5 +1,5 @@
 """BM25 postings (core/lexical.py): the analyzer, hand-checked scores, equality with bm25s, incremental updates,
-and the lexical stage's update of chunk and entity postings (indexing/lexical.py)."""
+and the lexical stage's postings of chunks and entities in the segment store (indexing/stages/lexical.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ import pytest
 import Stemmer
 
 from hygraph.core import lexical
-from hygraph.indexing.lexical import build_lexical, update_lexical
+from hygraph.indexing.stages import lexical as lexical_stage
+from hygraph.indexing.state import IndexState
+from hygraph.store.artifacts import ENTITIES, LEXICAL_CHUNKS, LEXICAL_ENTITIES, EntityRow
+from hygraph.store.manifest import Manifest
+from hygraph.store.versions import IndexStore
+from hygraph.store.view_loader import lexical_index
 
 DOCS = {
     "d1": "The director directed the film.",
@@ -28,7 +33,8 @@ def test_analyze_lowercases_drops_stopwords_and_one_letter_tokens_and_stems():
 def test_scores_match_the_formula_on_a_hand_checked_case():
     # "film" is in d1 and d2 (stems of "film" and "Films"); N = 3, df = 2
     index = lexical.build(list(DOCS), [lexical.analyze(t) for t in DOCS.values()])
-    lengths = {"d1": 3, "d2": 4, "d3": 4}  # director direct film | film director histori cinema | harbor lie below lighthous
+    # director direct film | film director histori cinema | harbor lie below lighthous
+    lengths = {"d1": 3, "d2": 4, "d3": 4}
     assert lengths == {d: len(lexical.analyze(t)) for d, t in DOCS.items()}
     avg = sum(lengths.values()) / 3
     idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
@@ -81,13 +87,46 @@ def test_top_k_breaks_ties_by_row_and_cuts_at_k():
     assert [d for d, _ in index.top_k(["x"], 2)] == ["a", "b"]
 
 
-def test_lexical_stage_update_moves_chunks_and_entities():
-    start = build_lexical(["c1", "c2"], ["Dan Smith directed Film X.", "The harbor."], ["dan smith", "film x"])
-    after = update_lexical(start, removed_chunks=["c2"], new_chunk_ids=["c3"], new_chunk_texts=["Yara Lee's harbor"],
-                           removed_entities=["film x"], new_entities=["yara lee"])
-    assert after["chunks"].ids == ("c1", "c3")
-    assert [d for d, _ in after["chunks"].top_k(lexical.analyze("harbor"), 5)] == ["c3"]
-    assert after["entities"].ids == ("dan smith", "yara lee")
-    assert after["entities"].top_k(lexical.analyze("film"), 5) == []
-    dense_only = update_lexical(build_lexical(["c1"], ["text"], None), [], ["c2"], ["more text"], [], [])
-    assert set(dense_only) == {"chunks"}
+def _entity(eid: str) -> EntityRow:
+    return EntityRow(eid, eid, "NAME", "", 1.0, (), (), (), (eid,), np.ones(1, np.int64), np.zeros(2, np.float32))
+
+
+def test_lexical_stage_update_writes_the_change_and_reads_back_as_a_build(tmp_path):
+    """The stage's rows in the segment store: an update writes the changed documents' rows only, and the
+    version reads back (store/view_loader.py) as the BM25 index a build over its documents gives."""
+    dims = {"text": 2}
+    store = IndexStore(tmp_path, create=True)
+    with store.begin() as w:
+        for artifact, rows in lexical_stage.build(["c1", "c2"], ["Dan Smith directed Film X.", "The harbor."],
+                                                  ["dan smith", "film x"]).items():
+            w.replace(artifact, rows, dims)
+        w.replace(ENTITIES, [_entity("dan smith"), _entity("film x")], dims)
+        w.commit(Manifest(dims=dims, graph=True))
+    state = IndexState(store.open())
+    state.delete(ENTITIES, "film x")  # as the knowledge stage leaves it: one entity gone, one new
+    state.put(ENTITIES, _entity("yara lee"))
+    lexical_stage.update(state, ["c2"], ["c3", "c1"], ["Yara Lee's harbor", "Dan Smith's film."],
+                         ["film x", "yara lee"])
+    chunk_rows, chunk_dead = state.changes(LEXICAL_CHUNKS)
+    assert sorted(r.id for r in chunk_rows) == ["c1", "c3"] and chunk_dead == ["c2"]
+    entity_rows, entity_dead = state.changes(LEXICAL_ENTITIES)
+    assert [r.id for r in entity_rows] == ["yara lee"] and entity_dead == ["film x"]
+    with store.begin() as w:
+        for artifact in (ENTITIES, LEXICAL_CHUNKS, LEXICAL_ENTITIES):
+            w.change(state.table(artifact), artifact, *state.changes(artifact), dims)
+        w.commit(state.manifest)
+    version = store.open()
+    chunks = lexical_index(version, LEXICAL_CHUNKS)
+    assert sorted(chunks.ids) == ["c1", "c3"]
+    scratch = lexical.build(list(chunks.ids), [lexical.analyze({"c1": "Dan Smith's film.",
+                                                                "c3": "Yara Lee's harbor"}[c]) for c in chunks.ids])
+    for q in (["harbor"], ["film", "dan"], ["direct"]):
+        assert chunks.scores(q) == pytest.approx(scratch.scores(q))
+    assert [d for d, _ in chunks.top_k(lexical.analyze("harbor"), 5)] == ["c3"]
+    entities = lexical_index(version, LEXICAL_ENTITIES)
+    assert sorted(entities.ids) == ["dan smith", "yara lee"]
+    assert entities.top_k(lexical.analyze("film"), 5) == []
+
+
+def test_lexical_stage_without_a_graph_indexes_chunks_only():
+    assert set(lexical_stage.build(["c1"], ["text"], None)) == {LEXICAL_CHUNKS}

@@ -61,7 +61,8 @@ def test_ingest_stats_separates_job_done_from_retrievable_and_lists_problems():
 def test_report_and_markdown_carry_modes_levels_ingest_chat_and_versions():
     a, b, c = Recorder("a"), Recorder("b"), Recorder("c")
     a.samples += [_s(0.1, 10, mode="dense", index_version=1), _s(0.2, 50, mode="hybrid", index_version=1),
-                  _s(1.1, 12, mode="dense"), _s(1.2, 900, status=503, mode="hybrid", error="HTTP 503 store_unavailable")]
+                  _s(1.1, 12, mode="dense"),
+                  _s(1.2, 900, status=503, mode="hybrid", error="HTTP 503 store_unavailable")]
     b.samples += [_s(0.1, 11, index_version=2), _s(0.3, 4, endpoint="insert", mode=None, status=202)]
     b.event("insert", doc_id="d")
     c.samples += [_s(0.1, 80, endpoint="chat", ttft_ms=30.0), _s(0.5, 100, endpoint="chat", ttft_ms=50.0)]

@@ -89,7 +89,8 @@ def _store(insert_batch: int = 2000) -> tuple[MilvusStore, FakeClient]:
 
     store = MilvusStore.__new__(MilvusStore)
     store.cfg = VectorStoreConfig(insert_batch=insert_batch)
-    store.uri, store._on_close, store._exc, store._metrics, store._version = "fake", None, MilvusException, {"c": "IP"}, None
+    store.uri, store._on_close, store._exc = "fake", None, MilvusException
+    store._metrics, store._version = {"c": "IP"}, None
     store.missing_hint, store._id_limits = "", {}
     store.client = FakeClient()
     return store, store.client
@@ -239,7 +240,8 @@ def test_a_permanent_error_quoting_connection_words_is_a_store_error_not_unavail
     assert not isinstance(err.value, StoreUnavailable)
 
     def gone(*args, **kwargs):
-        raise MilvusException(2, "Fail connecting to server on 127.0.0.1:1, illegal connection params or server unavailable")
+        raise MilvusException(
+            2, "Fail connecting to server on 127.0.0.1:1, illegal connection params or server unavailable")
 
     client.upsert = gone
     with pytest.raises(StoreUnavailable):

@@ -10,7 +10,6 @@ from hygraph.config import HyperbolicConfig, UpdatesConfig
 from hygraph.core.hyperbolic import (from_storage, init_from_text, lorentz_lift, norm_bound, poincare_distance,
                                      train_poincare)
 from hygraph.indexing.online import OnlineLearner, install, observation, retrain
-from hygraph.indexing.state import IndexState
 
 N, EMB_DIM = 12, 8
 HC = HyperbolicConfig(dim=4, epochs=30, lr=0.05, negatives=4, batch_size=64)
@@ -27,14 +26,39 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-def make_state() -> IndexState:
+class Live:
+    """The live points as the updater serves them: a table of points by chunk id, the explicit graph, M."""
+
+    def __init__(self, ids: list[str], points: np.ndarray, edges: np.ndarray, emb: np.ndarray) -> None:
+        self.ids, self.points_, self.edges, self.emb = list(ids), points, edges, emb
+        self.M = norm_bound(lorentz_lift(points))
+
+    def exists(self, chunk_id: str) -> bool:
+        return chunk_id in self.ids
+
+    def points(self, chunk_ids) -> np.ndarray:
+        return self.points_[[self.ids.index(c) for c in chunk_ids]]
+
+    def neighbours(self, chunk_id: str) -> list[str]:
+        i = self.ids.index(chunk_id)
+        return [self.ids[b if a == i else a] for a, b in self.edges.tolist() if i in (a, b)]
+
+    def sample(self, k: int, rng: np.random.Generator, exclude: set[str]) -> list[str]:
+        return [c for c in self.ids if c not in exclude][:k]
+
+    def move(self, ids: list[str], vectors: np.ndarray) -> None:
+        """What the updater does with a step's result: upsert the moved rows."""
+        for cid, v in zip(ids, from_storage(vectors)):
+            self.points_[self.ids.index(cid)] = v
+
+
+def make_state() -> Live:
     rng = np.random.default_rng(0)
     emb = rng.standard_normal((N, EMB_DIM)).astype(np.float32)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
     points = train_poincare(init_from_text(emb, HC.dim, HC.seed), EXPLICIT, epochs=5, lr=HC.lr,
                             negatives=HC.negatives, seed=0)
-    return IndexState(version=3, manifest={}, docs=[], cols={"id": [f"c{i}" for i in range(N)], "embedding": emb},
-                      hyp={"points": points, "edges": EXPLICIT.copy(), "M": norm_bound(lorentz_lift(points))})
+    return Live([f"c{i}" for i in range(N)], points, EXPLICIT.copy(), emb)
 
 
 def query_vec(seed: int = 1) -> np.ndarray:
@@ -48,18 +72,19 @@ def tree(*edges: tuple[str, str]) -> dict:
 
 def test_a_step_moves_only_the_subgraph_and_its_neighbours_toward_the_query() -> None:
     state = make_state()
-    before = state.hyp["points"].copy()
+    before = state.points_.copy()
     learner = OnlineLearner(HC, UC)
     q = query_vec()
     learner.observe(observation(tree(("query", "c2"), ("query", "c8"), ("c8", "c9")), q))
     ids, vectors = learner.step(state)
-    after = state.hyp["points"]
+    state.move(ids, vectors)
+    after = state.points_
     moved = {f"c{i}" for i in np.flatnonzero(np.any(after != before, axis=1))}
     assert moved == set(ids) and {"c2", "c8", "c9"} <= moved
     assert moved <= {"c2", "c8", "c9", "c1", "c3"}  # c1, c3: c2's one-hop explicit neighbours
     assert len(after) == N  # the query's temporary row is gone
     np.testing.assert_allclose(from_storage(vectors), after[[int(i[1:]) for i in ids]], atol=1e-6)
-    assert np.linalg.norm(lorentz_lift(after), axis=1).max() <= state.hyp["M"]
+    assert np.linalg.norm(lorentz_lift(after), axis=1).max() <= state.M
     anchor = init_from_text(q[None, :], HC.dim, HC.seed)
     for cid in ("c2", "c8"):
         row = int(cid[1:])
@@ -69,12 +94,10 @@ def test_a_step_moves_only_the_subgraph_and_its_neighbours_toward_the_query() ->
 
 def test_ids_deleted_since_the_query_are_left_out() -> None:
     state = make_state()
-    before = state.hyp["points"].copy()
     learner = OnlineLearner(HC, UC)
     learner.observe(observation(tree(("query", "gone"), ("gone", "c4")), query_vec()))
     ids, vectors = learner.step(state)
     assert ids == [] and vectors.shape == (0, HC.dim + 2)
-    np.testing.assert_array_equal(state.hyp["points"], before)
 
 
 def test_queue_drops_the_oldest_and_recalibration_comes_due() -> None:
@@ -87,36 +110,37 @@ def test_queue_drops_the_oldest_and_recalibration_comes_due() -> None:
     assert not learner.recalibration_due
     learner.step(state)
     assert learner.recalibration_due  # recalibrate_every=2
-    job = learner.recalibration(state)
+    job = learner.recalibration(state.ids, state.emb, state.edges)
     assert not learner.recalibration_due and len(job.observations) == 2 and len(learner.pending) == 1
 
 
 def test_retrain_uses_the_explicit_graph_and_every_accumulated_subgraph() -> None:
     state = make_state()
     learner = OnlineLearner(HC, UC)
-    plain = retrain(learner.recalibration(state), HC, "cpu")
+    plain = retrain(learner.recalibration(state.ids, state.emb, state.edges), HC, "cpu")
     # Without implicit edges, recalibration is `hygraph index`'s training from the text projection.
-    expected = train_poincare(init_from_text(state.cols["embedding"], HC.dim, HC.seed), EXPLICIT, epochs=HC.epochs,
+    expected = train_poincare(init_from_text(state.emb, HC.dim, HC.seed), EXPLICIT, epochs=HC.epochs,
                               lr=HC.lr, negatives=HC.negatives, batch_size=HC.batch_size, seed=HC.seed)
     np.testing.assert_allclose(plain, expected)
     for i in range(4):  # c7 and c10 are isolated in the explicit graph; queries keep linking them
         learner.observe(observation(tree(("query", "c7"), ("c7", "c10")), query_vec(i)))
-        learner.step(state)
-    linked = retrain(learner.recalibration(state), HC, "cpu")
+        state.move(*learner.step(state))
+    linked = retrain(learner.recalibration(state.ids, state.emb, state.edges), HC, "cpu")
     assert linked.shape == (N, HC.dim)
     assert poincare_distance(linked[7], linked[10]) < poincare_distance(plain[7], plain[10])
 
 
 def test_install_maps_by_id_keeps_newer_chunks_and_recomputes_the_bound() -> None:
     state = make_state()
-    job = OnlineLearner(HC, UC).recalibration(state)
+    job = OnlineLearner(HC, UC).recalibration(state.ids, state.emb, state.edges)
     points = retrain(job, HC, "cpu")
-    # While it trained, c0 was deleted and c12 inserted (the state's rows moved).
-    state.cols["id"] = state.cols["id"][1:] + ["c12"]
+    # While it trained, c0 was deleted and c12 inserted.
+    live_ids = state.ids[1:] + ["c12"]
     newcomer = np.full(HC.dim, 0.1)
-    state.hyp["points"] = np.vstack([state.hyp["points"][1:], newcomer])
-    storage = install(state, job.chunk_ids, points)
-    np.testing.assert_allclose(state.hyp["points"][:-1], points[1:])
-    np.testing.assert_array_equal(state.hyp["points"][-1], newcomer)
-    assert state.hyp["M"] == pytest.approx(norm_bound(lorentz_lift(state.hyp["points"])))
-    np.testing.assert_allclose(np.linalg.norm(storage.astype(np.float64), axis=1), state.hyp["M"], rtol=1e-5)
+    current = np.vstack([state.points_[1:], newcomer])
+    storage, m = install(live_ids, current, job.chunk_ids, points)
+    installed = from_storage(storage)
+    np.testing.assert_allclose(installed[:-1], points[1:], atol=1e-5)
+    np.testing.assert_allclose(installed[-1], newcomer, atol=1e-6)
+    assert m == pytest.approx(norm_bound(lorentz_lift(np.vstack([points[1:], newcomer]))))
+    np.testing.assert_allclose(np.linalg.norm(storage.astype(np.float64), axis=1), m, rtol=1e-5)

@@ -17,6 +17,7 @@ import pytest
 
 from hygraph.core.graph import build_hybrid_graph
 from hygraph.core.lexical import analyze
+from hygraph.core.lexical import build as bm25_index
 from hygraph.core.retrieval.collapsed import collapsed
 from hygraph.core.retrieval.context import Context
 from hygraph.core.retrieval.dense import dense
@@ -26,11 +27,10 @@ from hygraph.core.retrieval.lexical import bm25, dense_bm25
 from hygraph.core.retrieval.linking import FUZZY_WEIGHT, NAMED_WEIGHT, fuzzy_entity, link_entities, named_entities
 from hygraph.core.retrieval.local_global import global_, local
 from hygraph.core.retrieval.routing import ROUTES, routed_mode
-from hygraph.engine import MODES
+from hygraph.config import MODES
 from hygraph.core.retrieval.ppr import ppr
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
-from hygraph.indexing.lexical import build_lexical
 
 QUESTION = "Who is the spouse of the director of Film X?"
 QUERY = np.array([1.0, 0.0], dtype=np.float32)
@@ -100,7 +100,6 @@ def make_view() -> IndexView:
     graph = build_hybrid_graph(list(CHUNKS), [mentions[cid] for cid in CHUNKS],
                                [(h, t, rid) for rid, (h, _, t, *_rest) in RELATIONS.items()], [])
     chunk_doc = {cid: cid.split(":")[0] for cid in CHUNKS}
-    lexical = build_lexical(list(CHUNKS), [text for text, _ in CHUNKS.values()], graph.entity_ids)
     return IndexView(
         version=1,
         chunk_text={cid: text for cid, (text, _) in CHUNKS.items()},
@@ -117,8 +116,8 @@ def make_view() -> IndexView:
         summary_layer={sid: row[1] for sid, row in SUMMARIES.items()},
         summary_children={sid: row[2] for sid, row in SUMMARIES.items()},
         summary_leaves={sid: row[3] for sid, row in SUMMARIES.items()},
-        chunk_lexical=lexical["chunks"],
-        entity_lexical=lexical["entities"],
+        chunk_lexical=bm25_index(list(CHUNKS), [analyze(text) for text, _ in CHUNKS.values()]),
+        entity_lexical=bm25_index(graph.entity_ids, [analyze(e) for e in graph.entity_ids]),
         graph=graph,
         walk=walk_for(graph, chunk_doc, TITLES),
     )

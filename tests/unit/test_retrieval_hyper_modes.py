@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from hygraph.core.hyperbolic import (
-    edge_adjacency,
     from_storage,
     init_from_text,
     lorentz_lift,
@@ -25,6 +24,8 @@ from hygraph.core.hyperbolic import (
     storage_vectors,
 )
 from hygraph.core.graph import build_hybrid_graph
+from hygraph.core.lexical import analyze
+from hygraph.core.lexical import build as bm25_index
 from hygraph.core.retrieval import hyperbolic as hyperbolic_module
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
 from hygraph.core.retrieval.hybrid import pool_size
@@ -33,7 +34,6 @@ from hygraph.core.retrieval.hypergraph import hypergraph
 from hygraph.core.retrieval.linking import link_entities
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
-from hygraph.indexing.lexical import build_lexical
 
 DIM = 16
 RRF_C = 60
@@ -308,29 +308,28 @@ def hyperbolic_fixture(rng_seed: int = 0) -> tuple[IndexView, BruteSearch, dict[
     text["c1"] = "Alpha was shot in Kappa Valley."
     x = rng.standard_normal((N_CHUNKS, H_DIM))
     points = x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.05, 0.9, size=(N_CHUNKS, 1))
-    # The index stores rows in its own order, not the chunk numbering.
-    row_ids = [ids[i] for i in rng.permutation(N_CHUNKS)]
     point_of = dict(zip(ids, points))
-    row = {cid: i for i, cid in enumerate(row_ids)}
     explicit = [("c0", "c1"), ("c1", "c2"), ("c3", "c5"), ("c0", "c4")]
+    neighbours: dict[str, list[str]] = {cid: [] for cid in ids}
+    for a, b in explicit:
+        neighbours[a].append(b)
+        neighbours[b].append(a)
     # The hybrid graph the walk runs on: c0 and c1 mention Alpha, c0 its director Zed Zedson.
     mentions = {"c0": ["alpha", "zed zedson"], "c1": ["alpha", "kappa valley"]}
     graph = build_hybrid_graph(ids, [mentions.get(cid, []) for cid in ids], [("alpha", "zed zedson", "r1")], [])
     chunk_doc = {cid: f"d{cid[1:]}" for cid in ids}
     titles = {f"d{i}": f"T{i}" for i in range(N_CHUNKS)}
-    lexical = build_lexical(ids, [text[cid] for cid in ids], graph.entity_ids)
     view = IndexView(
         version=1, chunk_text=text, chunk_doc=chunk_doc, titles=titles,
         entity_name={"alpha": "Alpha", "zed zedson": "Zed Zedson", "kappa valley": "Kappa Valley"},
         entity_chunks={"alpha": ["c0", "c1"], "zed zedson": ["c0"], "kappa valley": ["c1"]},
         relations={"r1": ("alpha", "directed by", "zed zedson", 1.0)},
-        hyper_chunk_ids=row_ids, hyper_row=row,
+        hyper_neighbours={cid: tuple(nb) for cid, nb in neighbours.items()},
         hyper_dim=H_DIM, hyper_seed=H_SEED,
-        chunk_lexical=lexical["chunks"], entity_lexical=lexical["entities"], graph=graph,
+        chunk_lexical=bm25_index(ids, [analyze(text[cid]) for cid in ids]),
+        entity_lexical=bm25_index(graph.entity_ids, [analyze(e) for e in graph.entity_ids]), graph=graph,
         walk=walk_for(graph, chunk_doc, titles),
     )
-    view.hyper_adj_indptr, view.hyper_adj_indices = edge_adjacency(
-        np.array(sorted(tuple(sorted((row[a], row[b]))) for a, b in explicit)), N_CHUNKS)
     return view, BruteSearch({"chunks": vecs, "relations": {"r1": axis(0)}}, points=point_of), point_of
 
 
@@ -463,6 +462,6 @@ def test_hyperbolic_without_directives_is_a_one_level_tree() -> None:
 
 def test_hyperbolic_needs_hyperbolic_embeddings() -> None:
     view, search, _ = hyperbolic_fixture()
-    view.hyper_row = {}
+    view.hyper_neighbours = {}
     with pytest.raises(ValueError, match="hyperbolic embeddings"):
         run_hyperbolic(view, search, DIRECTIVES)

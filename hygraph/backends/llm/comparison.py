@@ -103,11 +103,13 @@ class Sentence:
     number: int  # the context item it comes from (for the citation)
     text: str
     spans: tuple[Span, ...]
-    topics: frozenset[str]  # ids of its passage's title, with and without a disambiguator ("medici", "medici board game")
+    # ids of its passage's title, with and without a disambiguator ("medici", "medici board game")
+    topics: frozenset[str]
     mentions: Callable[[str], bool]  # whether it names (or, by pronoun, refers to) an entity id
 
 
-def answer(question: str, sentences: Sequence[Sentence], entity_id: Callable[[str], str]) -> tuple[str, list[int]] | None:
+def answer(question: str, sentences: Sequence[Sentence],
+           entity_id: Callable[[str], str]) -> tuple[str, list[int]] | None:
     """(the winning option as the question writes it, cited item numbers), or None when the context does not
     give a date for both options."""
     cmp = parse(question)
@@ -166,7 +168,8 @@ _COPULA = re.compile(r"\b(?:is|was|are|were)\b")
 _YES_NO_FRAME = frozenset("are is were was do does did both also same share from the of and have has".split())
 
 
-def yes_no(question: str, sentences: Sequence[Sentence], entity_id: Callable[[str], str]) -> tuple[str, list[int]] | None:
+def yes_no(question: str, sentences: Sequence[Sentence],
+           entity_id: Callable[[str], str]) -> tuple[str, list[int]] | None:
     """"yes" or "no" for a question about two named things ("Are X and Y both board games?", "Do director of film
     X and director of film Y share the same nationality?"), or None when it is not one or the context lacks
     either thing's own passage.

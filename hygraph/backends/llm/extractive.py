@@ -434,7 +434,8 @@ class ExtractiveLLM:
         if not rows or not (q.stems or q.ids):
             return Answer(INSUFFICIENT)
         sentences = [comparison.Sentence(r.number, r.text, r.spans, r.topics, r.mentions) for r in rows]
-        picked = comparison.answer(question, sentences, _entity_id) or comparison.yes_no(question, sentences, _entity_id)
+        picked = (comparison.answer(question, sentences, _entity_id)
+                  or comparison.yes_no(question, sentences, _entity_id))
         if picked is not None:
             return Answer(picked[0], tuple(picked[1]))
         df = Counter(w for row in rows for w in row.stems & q.stems)

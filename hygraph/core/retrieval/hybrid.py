@@ -155,10 +155,14 @@ def relation_item(rid: str, score: float, view: IndexView) -> ContextItem:
 def searched_members(summary_ids: Iterable[str], searched: set[str], view: IndexView) -> set[str]:
     """HyGRAG eq. 17 / seed 004 global search: the searched ids that are layer-0 members of the summaries.
 
-    Probes the small searched set with each summary's leaves instead of building a set of the
-    leaves: an upper-layer summary lists a large share of the index.
+    Tests each id of the small searched set for membership in each summary's leaves (`in`)
+    instead of listing the leaves: an upper-layer summary covers a large share of the index.
     """
-    return set().union(*(searched.intersection(view.summary_leaves.get(sid, ())) for sid in summary_ids))
+    out: set[str] = set()
+    for sid in summary_ids:
+        leaves = view.summary_leaves.get(sid, ())
+        out.update(x for x in searched if x in leaves)
+    return out
 
 
 def chunks_under(summary_ids: Sequence[str], chunk_hits: Sequence[tuple[str, float]], members: set[str],

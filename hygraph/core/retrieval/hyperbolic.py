@@ -66,7 +66,7 @@ def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     and notes["directives"]. `points` reads the chunks' current Poincaré points (the online
     learner refines them between versions). Needs an index with hyperbolic embeddings.
     """
-    if not view.hyper_row:
+    if not view.hyper_neighbours:
         raise ValueError("hyperbolic retrieval needs hyperbolic embeddings, and this index version has none")
     per_round = k if round_k is None else round_k
     q = query_vec[None, :]
@@ -121,9 +121,7 @@ def _fused_tree(children: dict[str, list[str]], view: IndexView) -> dict[str, st
     position = {cid: i for i, cid in enumerate(dict.fromkeys(c for kids in children.values() for c in kids))}
     explicit: dict[str, list[str]] = {}
     for cid in position:
-        row = view.hyper_row[cid]
-        linked = (view.hyper_chunk_ids[j]
-                  for j in view.hyper_adj_indices[view.hyper_adj_indptr[row]:view.hyper_adj_indptr[row + 1]])
+        linked = view.hyper_neighbours.get(cid, ())
         explicit[cid] = sorted((other for other in linked if other in position), key=position.__getitem__)
     parent: dict[str, str] = {}
     queue = [ROOT]

@@ -87,7 +87,8 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
         chunks=[c for c in ranked if c.sources[0] in kept],
         entities=[ContextItem(u, "entity", _entity_text(view, u), s, _docs(view, view.entity_chunks.get(u, ())))
                   for u, s in _best_first(entity_score)],
-        hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s, _docs(view, view.hyperedge_chunks.get(e, ())))
+        hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s,
+                                _docs(view, view.hyperedge_chunks.get(e, ())))
                     for e, s in _best_first(edge_score)],
         passages=passages,
         notes={"question_entities": list(spans)},

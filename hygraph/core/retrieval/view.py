@@ -1,14 +1,16 @@
 """The read-only view of one index version that retrieval strategies work on.
 
-Plain dicts and arrays, filled by the engine from a snapshot; strategies never touch
-storage. Vector search and model calls come in as callables (`Search`, `Embed`, ...), so
-every strategy is testable on a hand-made view with a brute-force search.
+Read-only mappings looked up by key (`view.x[key]`, `.get`, `in`), never iterated whole: the
+served view is backed by memory-mapped columns of the version (store/view_loader.py), shared
+by every process that maps them, and a hand-made view of plain dicts works the same. Vector
+search and model calls come in as callables (`Search`, `Embed`, ...), so every strategy is
+testable on a hand-made view with a brute-force search.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Container, Sequence
+from typing import Callable, Container, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -27,37 +29,34 @@ Points = Callable[[Sequence[str]], np.ndarray]
 class IndexView:
     version: int
     # chunks (layer-0 text units) and their corpus passages
-    chunk_text: dict[str, str]
-    chunk_doc: dict[str, str]
-    titles: dict[str, str]  # corpus passage id -> title
+    chunk_text: Mapping[str, str]
+    chunk_doc: Mapping[str, str]
+    titles: Mapping[str, str]  # corpus passage id -> title
     # entities: id (normalized name) -> fields; mentions are chunk ids
-    entity_name: dict[str, str] = field(default_factory=dict)
-    entity_desc: dict[str, str] = field(default_factory=dict)
-    entity_score: dict[str, float] = field(default_factory=dict)
-    entity_chunks: dict[str, list[str]] = field(default_factory=dict)
+    entity_name: Mapping[str, str] = field(default_factory=dict)
+    entity_desc: Mapping[str, str] = field(default_factory=dict)
+    entity_score: Mapping[str, float] = field(default_factory=dict)
+    entity_chunks: Mapping[str, Sequence[str]] = field(default_factory=dict)
     # relations: id -> (head entity id, phrase, tail entity id, score); adjacency by entity
-    relations: dict[str, tuple[str, str, str, float]] = field(default_factory=dict)
-    relation_chunks: dict[str, list[str]] = field(default_factory=dict)
-    entity_relations: dict[str, list[str]] = field(default_factory=dict)
+    relations: Mapping[str, tuple[str, str, str, float]] = field(default_factory=dict)
+    relation_chunks: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    entity_relations: Mapping[str, Sequence[str]] = field(default_factory=dict)
     # hyperedges (n-ary facts): id -> text, entity ids, score; bipartite adjacency
-    hyperedge_text: dict[str, str] = field(default_factory=dict)
-    hyperedge_entities: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    hyperedge_score: dict[str, float] = field(default_factory=dict)
-    hyperedge_chunks: dict[str, list[str]] = field(default_factory=dict)
-    entity_hyperedges: dict[str, list[str]] = field(default_factory=dict)
+    hyperedge_text: Mapping[str, str] = field(default_factory=dict)
+    hyperedge_entities: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    hyperedge_score: Mapping[str, float] = field(default_factory=dict)
+    hyperedge_chunks: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    entity_hyperedges: Mapping[str, Sequence[str]] = field(default_factory=dict)
     # summary hierarchy: id "L{layer}:{ordinal}" -> text, layer, direct children, and the
-    # layer-0 members (chunk and entity ids) it covers, context nodes included (Leiden)
-    summary_text: dict[str, str] = field(default_factory=dict)
-    summary_layer: dict[str, int] = field(default_factory=dict)
-    summary_children: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    summary_leaves: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # hyperbolic (HyperRAG): the chunks with a Poincaré point (row i <-> hyper_chunk_ids[i]; the
-    # points themselves are read live through `Points`), the explicit keyword edges between those
-    # rows as CSR adjacency (both directions), and the text->ball projection's dim and seed
-    hyper_chunk_ids: list[str] = field(default_factory=list)
-    hyper_row: dict[str, int] = field(default_factory=dict)
-    hyper_adj_indptr: np.ndarray | None = None
-    hyper_adj_indices: np.ndarray | None = None
+    # layer-0 members (chunk and entity ids) it covers, context nodes included (Leiden), sorted:
+    # iterated in that order and tested with `in`
+    summary_text: Mapping[str, str] = field(default_factory=dict)
+    summary_layer: Mapping[str, int] = field(default_factory=dict)
+    summary_children: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    summary_leaves: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    # hyperbolic (HyperRAG): the chunks with a Poincaré point (their points are read live through
+    # `Points`) and their explicit keyword-edge neighbours, and the text->ball projection's dim and seed
+    hyper_neighbours: Mapping[str, Sequence[str]] = field(default_factory=dict)
     hyper_dim: int = 0
     hyper_seed: int = 0
     # lexical channel: BM25 postings over chunk texts (title + text) and over entity ids (normalized names)
@@ -72,4 +71,4 @@ class IndexView:
         the versions of one build, so a search may meet rows of a newer or retired version."""
         return {"chunks": self.chunk_text, "entities": self.entity_name, "relations": self.relations,
                 "hyperedges": self.hyperedge_text, "summaries": self.summary_text,
-                "hyperbolic": self.hyper_row}[kind]
+                "hyperbolic": self.hyper_neighbours}[kind]

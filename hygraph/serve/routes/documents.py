@@ -51,7 +51,8 @@ async def add_documents(body: DocumentsRequest, gw: Gateway = Depends(gateway)) 
 
 
 @router.delete("/v1/documents/{doc_id:any_id}", status_code=202, dependencies=[Depends(write_access)])
-async def delete_document(request: Request, doc_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS), id_rule],
+async def delete_document(request: Request,
+                          doc_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS), id_rule],
                           gw: Gateway = Depends(gateway)) -> Any:
     """`doc_id` is percent-encoded in the path (`/` as %2F); ids follow the same rule as on insert."""
     raw = request.scope.get("raw_path", b"")

@@ -16,7 +16,7 @@ import ipaddress
 import os
 
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-SETUP_HOOK = "hygraph.cluster.loopback.bind_replica_grpc_to_loopback"
+SETUP_HOOK = "hygraph.runtime.loopback.bind_replica_grpc_to_loopback"
 
 
 def request_loopback() -> None:

@@ -1,4 +1,5 @@
-"""Starting or joining Ray with the project's defaults (loopback dashboard, offline model loading)."""
+"""Starting or joining Ray with the project's defaults (loopback only, offline model loading): used by the
+Ray Data build, the Serve application and the updater actor alike."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import socket
 from typing import Any
 
 from hygraph.config import RayConfig
-from hygraph.cluster.loopback import LOOPBACK_ENV, SETUP_HOOK, is_loopback, request_loopback
+from hygraph.runtime.loopback import LOOPBACK_ENV, SETUP_HOOK, is_loopback, request_loopback
 from hygraph.errors import HygraphError, InputError
 
 # A local Ray start waits for its GCS; on a saturated machine that wait can time out once.

@@ -1,0 +1,183 @@
+"""The OnlineUpdater: the named, detached Ray actor around the publisher that `hygraph serve` starts.
+
+It polls the journal every `updates.poll_s` and applies what is pending (cluster/publisher.py),
+then, journal first: deferred summaries, a finished or due hyperbolic recalibration, HyperRAG
+L_inc steps for observed queries, and compaction when nothing else is waiting. An updater file
+lock keeps a second writer (another actor, a CLI insert) out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hygraph.cluster.publisher import IndexUpdater
+from hygraph.config import HygraphConfig
+from hygraph.errors import IndexNotReady, StoreUnavailable
+from hygraph.store.journal import bounded_error
+from hygraph.store.versions import IndexStore
+
+log = logging.getLogger("hygraph.updater")
+
+
+def updater_name(index_dir: str | Path) -> str:
+    """One name per index directory, known before its first build (pods mount it at one path)."""
+    return f"hygraph-updater-{hashlib.sha1(str(Path(index_dir).resolve()).encode()).hexdigest()[:12]}"
+
+
+class OnlineUpdater:
+    """Ray actor: polls the journal every `updates.poll_s` and applies what is pending.
+
+    Started before the first build has landed (a fresh Kubernetes deploy), it waits for one.
+    """
+
+    def __init__(self, config: dict[str, Any], index_dir: str) -> None:
+        logging.basicConfig(level=logging.INFO)
+        self.cfg = HygraphConfig.model_validate(config)
+        self.index_dir = index_dir
+        self.updater: IndexUpdater | None = None
+        self.last_error: str | None = None
+        self.last_result: dict[str, Any] | None = None
+        from ray.util import metrics
+
+        self.steps = metrics.Counter("hygraph_updater_steps_total", "Updater steps by outcome (applied, "
+                                     "summarized, deferred, online, recalibrated, compacted).", tag_keys=("kind",))
+        self.step_seconds = metrics.Histogram("hygraph_online_step_seconds", "Seconds of one L_inc step "
+                                              "(HyperRAG 3.3) for one query's subgraph.",
+                                              boundaries=[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5])
+        self.lag = metrics.Histogram("hygraph_ingest_lag_seconds", "Seconds from a write's 202 to the "
+                                     "version that applies it.", boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
+        self.summary_lag = metrics.Histogram("hygraph_summary_lag_seconds", "Seconds from an insert's version to "
+                                             "the version with its summaries (updates.defer_summaries_s).",
+                                             boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
+        self.version = metrics.Gauge("hygraph_updater_version", "Last index version the updater published.")
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        threading.Thread(target=self._loop, name="hygraph-updater", daemon=True).start()
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                if self._work():
+                    failures = 0
+                    continue
+                self.last_error, failures = None, 0
+            except Exception as exc:  # noqa: BLE001 - retryable store/LLM failure: the jobs stay queued
+                error = bounded_error(f"{type(exc).__name__}: {exc}")
+                if error != self.last_error:  # one line per distinct failure, not per retry
+                    log.warning("update deferred: %s", error)
+                self.last_error, failures = error, failures + 1
+                self.steps.inc(tags={"kind": "deferred"})
+                # Exponential backoff, capped: a long outage costs a retry a minute, not a log flood.
+                self._stop.wait(min(60.0, self.cfg.updates.poll_s * 2 ** min(failures, 10)))
+                if isinstance(exc, StoreUnavailable) and self.updater is not None:
+                    self._reconnect()
+            self._wake.wait(self.cfg.updates.poll_s)
+
+    def _reconnect(self) -> None:
+        try:
+            self.updater.reconnect()
+            log.info("reconnected to the vector store")
+        except Exception as exc:  # noqa: BLE001 - still down: the next deferred round tries again
+            self.last_error = bounded_error(f"{type(exc).__name__}: {exc}")
+
+    def _work(self) -> bool:
+        """One round, journal first: a document batch, else deferred summaries, else a finished or due
+        recalibration, else L_inc steps, else a due compaction. True when something was done (the loop
+        goes on without waiting)."""
+        if self.updater is None:
+            if IndexStore(self.index_dir).current_version() is None:
+                return False
+            self.updater = IndexUpdater(self.cfg, self.index_dir)
+        result = self.updater.step(defer_summaries=self.cfg.updates.defer_summaries_s > 0)
+        if result is not None:
+            self.last_result, self.last_error = result, None
+            self.steps.inc(tags={"kind": "applied"})
+            self.version.set(result["version"])
+            for lag in result["lag_s"]:
+                self.lag.observe(lag)
+            return True
+        summarized = self.updater.summarize_pending()
+        if summarized is not None:
+            self.last_result = summarized
+            self.steps.inc(tags={"kind": "summarized"})
+            self.version.set(summarized["version"])
+            self.summary_lag.observe(summarized["pending_s"])
+            return True
+        recalibrated = self.updater.recalibrate_step()
+        if recalibrated is not None:
+            self.last_result = recalibrated
+            self.steps.inc(tags={"kind": "recalibrated"})
+            self.version.set(recalibrated["version"])
+            return True
+        seconds = self.updater.learn(max_steps=32) if self.cfg.updates.online_learning else []
+        for s in seconds:
+            self.steps.inc(tags={"kind": "online"})
+            self.step_seconds.observe(s)
+        if seconds:
+            return True
+        compacted = self.updater.compact()
+        if compacted is not None:
+            self.last_result = compacted
+            self.steps.inc(tags={"kind": "compacted"})
+            self.version.set(compacted["version"])
+            return True
+        return False
+
+    def observe(self, subgraph: dict[str, Any], query_vec: Any) -> None:
+        """Fire and forget from the Retriever: one `hyperbolic` query's implicit subgraph."""
+        if self.cfg.updates.online_learning and self.updater is not None:
+            self.updater.observe(subgraph, query_vec)
+            self._wake.set()
+
+    def recalibrate(self) -> None:
+        """On demand: retrain the hyperbolic embeddings now (in the background) instead of at the next N queries."""
+        if self.updater is None:
+            raise IndexNotReady(f"{self.index_dir} holds no index version to recalibrate")
+        self.updater.request_recalibration()
+        self._wake.set()
+
+    def status(self) -> dict[str, Any]:
+        if self.updater is None:  # loading its models, or no index version yet
+            return {"starting": True, "index_version": IndexStore(self.index_dir).current_version(),
+                    "last_error": self.last_error}
+        learner = self.updater.learner
+        waiting = self.updater.store.manifest().summaries_pending
+        return {"pending": len(self.updater.pending()), "applied_batches": self.updater.applied_batches,
+                "summaries_pending": None if waiting is None else {
+                    "nodes": len(waiting.chunks) + len(waiting.entities),
+                    "age_s": round(time.time() - waiting.since, 3)},
+                "last_result": self.last_result, "last_error": self.last_error,
+                "online": {"steps": learner.steps, "queued": len(learner.pending), "dropped": learner.dropped,
+                           "since_recalibration": learner.since_recalibration,
+                           "recalibrating": self.updater.recalibrating,
+                           "recalibrations": self.updater.recalibrations},
+                "compactions": self.updater.compactions}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def start_updater(cfg: HygraphConfig, index_dir: str | Path) -> Any:
+    """The index's OnlineUpdater actor: started if absent, restarted by Ray if its process dies."""
+    import ray
+
+    remote = ray.remote(num_cpus=cfg.updates.num_cpus, max_restarts=-1, max_concurrency=4)(OnlineUpdater)
+    return remote.options(name=updater_name(index_dir), namespace="hygraph", lifetime="detached",
+                          get_if_exists=True).remote(cfg.model_dump(), str(Path(index_dir).resolve()))
+
+
+def stop_updater(index_dir: str | Path) -> None:
+    """Kill the index's updater actor (its journal stays; the next start replays what is pending)."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(updater_name(index_dir), namespace="hygraph"), no_restart=True)
+    except ValueError:
+        pass  # not running

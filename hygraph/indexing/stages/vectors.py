@@ -1,0 +1,117 @@
+"""The vectors stage: text vectors of entities, relations and hyperedges, and the vector collections.
+
+The build embeds every knowledge text (Ray Data) and fills one collection per kind. An update
+embeds only the new entities, relations and hyperedges; the batch's vector rows (new chunks,
+knowledge, summaries, hyperbolic points) are collected in a `VectorDelta` that the publisher
+upserts, and the ids the new version no longer has are retired after it is published.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from hygraph.backends.vectorstore import VectorStore
+from hygraph.config import EmbedderConfig
+from hygraph.indexing.progress import Stages
+from hygraph.indexing.stages.ingest import embed_bulk
+from hygraph.indexing.stages.knowledge import Knowledge, KnowledgeChange, entity_text, relation_text
+from hygraph.indexing.state import IndexState
+from hygraph.store.artifacts import ENTITIES, HYPEREDGES, RELATIONS
+from hygraph.store.versions import IndexStore
+
+if TYPE_CHECKING:
+    from hygraph.backends.embedder import Embedder
+
+
+@dataclass
+class VectorDelta:
+    """Vector rows per collection kind to upsert (ids, vectors, layers), and ids to retire after publishing."""
+
+    upserts: dict[str, tuple[list[str], np.ndarray, list[int] | None]] = field(default_factory=dict)
+    retired: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, kind: str, ids: list[str], vectors: np.ndarray, layers: list[int] | None = None) -> None:
+        if not ids:
+            return
+        if kind in self.upserts:
+            old_ids, old_vecs, old_layers = self.upserts[kind]
+            keep = [i for i, x in enumerate(old_ids) if x not in set(ids)]
+            ids = [old_ids[i] for i in keep] + ids
+            vectors = np.vstack([old_vecs[keep], vectors])
+            layers = None if layers is None else [old_layers[i] for i in keep] + layers  # type: ignore[index]
+        self.upserts[kind] = (ids, np.asarray(vectors, np.float32), layers)
+
+    def retire(self, kind: str, ids: Sequence[str]) -> None:
+        if ids:
+            self.retired.setdefault(kind, []).extend(ids)
+
+    @property
+    def rows(self) -> int:
+        return sum(len(ids) for ids, _, _ in self.upserts.values()) + sum(len(v) for v in self.retired.values())
+
+
+def knowledge_texts(kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequence[str],
+                    hyperedge_ids: Sequence[str]) -> list[str]:
+    name = kb.entities.__getitem__
+    return ([entity_text(kb, e) for e in entity_ids]
+            + [relation_text(lambda e: name(e).name, kb.relations[r]) for r in relation_ids]
+            + [kb.hyperedges[h].text for h in hyperedge_ids])
+
+
+def build(cfg: EmbedderConfig, kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequence[str],
+          hyperedge_ids: Sequence[str], stages: Stages, batch_size: int) -> dict[str, np.ndarray]:
+    """Text vectors of every entity, relation and hyperedge, per kind, rows in the given id order."""
+    vecs = embed_bulk(cfg, knowledge_texts(kb, entity_ids, relation_ids, hyperedge_ids), stages,
+                      "knowledge texts embedded", batch_size)
+    n_e, n_r = len(entity_ids), len(relation_ids)
+    return {"entities": vecs[:n_e], "relations": vecs[n_e:n_e + n_r], "hyperedges": vecs[n_e + n_r:]}
+
+
+def update(state: IndexState, embedder: "Embedder", kc: KnowledgeChange, delta: VectorDelta) -> None:
+    """Embed the new entities, relations and hyperedges; entity rows keep their vector for the hierarchy."""
+    entities = [state.require(ENTITIES, e) for e in kc.new_entities]
+    relations = [state.require(RELATIONS, r) for r in kc.new_relations]
+    hyperedges = [state.require(HYPEREDGES, h) for h in kc.new_hyperedges]
+
+    def name(eid: str) -> str:
+        row = state.get(ENTITIES, eid)
+        return row.name if row is not None else eid
+
+    texts = ([e.name for e in entities]
+             + [f"{name(r.head)} {r.relation} {name(r.tail)}" for r in relations]
+             + [h.text for h in hyperedges])
+    vecs = embedder.encode(texts) if texts else np.zeros((0, state.dims["text"]), np.float32)
+    n_e, n_r = len(entities), len(relations)
+    for row, vec in zip(entities, vecs[:n_e]):
+        state.put(ENTITIES, replace(row, embedding=vec))
+    delta.add("entities", [e.id for e in entities], vecs[:n_e])
+    delta.add("relations", [r.id for r in relations], vecs[n_e:n_e + n_r])
+    delta.add("hyperedges", [h.id for h in hyperedges], vecs[n_e + n_r:])
+    delta.retire("entities", sorted(kc.removed_entities))
+    delta.retire("relations", sorted(kc.removed_relations))
+    delta.retire("hyperedges", sorted(kc.removed_hyperedges))
+
+
+class CollectionWriter:
+    """A build's collections: created, filled and sealed one per kind; dropped together if the build fails."""
+
+    def __init__(self, vs: VectorStore, store: IndexStore, generation: int) -> None:
+        self.vs, self.store, self.generation = vs, store, generation
+        self.collections: dict[str, str] = {}
+
+    def write(self, kind: str, ids: list[str], vectors: np.ndarray, metric: str = "IP",
+              layers: list[int] | None = None) -> None:
+        if not ids:
+            return
+        name = self.store.collection(self.generation, kind)
+        self.vs.create(name, int(vectors.shape[1]), metric)  # type: ignore[arg-type]
+        self.collections[kind] = name
+        self.vs.upsert(name, ids, vectors, self.generation, layers)
+        self.vs.seal(name)
+
+    def drop_all(self) -> None:
+        for name in self.collections.values():
+            self.vs.drop(name)

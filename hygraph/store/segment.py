@@ -1,0 +1,202 @@
+"""One immutable segment of an artifact: rows, a key index and tombstones, memory-mapped for reading.
+
+Files, under `segments/<artifact>/`:
+- `<name>.arrow`: the rows, an uncompressed Arrow IPC file (one record batch), so a reader maps
+  it and reads columns in place: processes that map the same segment share its pages;
+- `<name>.keys.npy`: int64 (2, m): row 0 the sorted 64-bit hashes of every key the segment
+  speaks for, row 1 what each hash points at, a row number (>= 0) or a tombstone (-1 - i);
+- `<name>.dead.arrow`: the keys of the tombstones (rows deleted from older segments).
+
+A segment shadows older ones: a key it holds as a row or a tombstone is decided here. Keys are
+compared as strings after the hash matches, so a hash collision never mixes two rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from hygraph.errors import StoreError
+from hygraph.store.artifacts import Artifact, Column, Kind
+from hygraph.store.files import fsync_file
+
+DELETED = -1  # `Segment.find`: the key is tombstoned here
+
+
+def key_hash(key: str) -> int:
+    """64-bit signed hash of a key (blake2b), the same in every process and on every machine."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
+def hashes(keys: Iterable[str]) -> np.ndarray:
+    return np.fromiter((key_hash(k) for k in keys), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    name: str
+    rows: int
+    dead: int
+    bytes: int
+
+
+def _write_ipc(path: Path, table: pa.Table) -> None:
+    """One record batch, also when empty (a segment of tombstones only)."""
+    batch = table.combine_chunks().to_batches()
+    with pa.OSFile(str(path), "wb") as sink:
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_batch(batch[0] if len(batch) == 1 else pa.RecordBatch.from_pylist([], schema=table.schema))
+    fsync_file(path)
+
+
+def write_segment(directory: Path, name: str, rows: pa.Table, dead: Sequence[str]) -> SegmentInfo:
+    """Write one segment (every file fsynced); `rows` must have unique `id`s, none of them in `dead`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ids = rows.column("id").to_pylist()
+    if len(set(ids)) != len(ids):
+        raise StoreError(f"segment {name}: duplicate ids")
+    if set(dead) & set(ids):
+        raise StoreError(f"segment {name}: a key is both a row and a tombstone")
+    keys = np.concatenate([hashes(ids), hashes(dead)])
+    targets = np.concatenate([np.arange(len(ids), dtype=np.int64), -1 - np.arange(len(dead), dtype=np.int64)])
+    order = np.argsort(keys, kind="stable")
+    files = [directory / f"{name}.arrow", directory / f"{name}.keys.npy"]
+    _write_ipc(files[0], rows)
+    np.save(files[1], np.stack([keys[order], targets[order]]), allow_pickle=False)
+    fsync_file(files[1])
+    if dead:
+        files.append(directory / f"{name}.dead.arrow")
+        _write_ipc(files[2], pa.table({"id": pa.array(list(dead), pa.large_string())}))
+    return SegmentInfo(name, len(ids), len(dead), sum(f.stat().st_size for f in files))
+
+
+def segment_files(directory: Path, name: str) -> list[Path]:
+    return [directory / f"{name}{suffix}" for suffix in (".arrow", ".keys.npy", ".dead.arrow")]
+
+
+def _open_ipc(path: Path) -> pa.RecordBatch:
+    reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
+    if reader.num_record_batches != 1:
+        raise StoreError(f"{path}: expected one record batch, found {reader.num_record_batches}")
+    return reader.get_batch(0)
+
+
+class _Strings:
+    """A string column read in place: offsets and bytes of the mapped buffers."""
+
+    def __init__(self, array: pa.Array) -> None:
+        array = array.cast(pa.large_string()) if array.type != pa.large_string() else array
+        _, offsets, data = array.buffers()
+        self.offsets = np.frombuffer(offsets, dtype=np.int64)[array.offset:array.offset + len(array) + 1]
+        # Bytes compare as unsigned: an Arrow buffer's own memoryview format is signed char.
+        self.data = memoryview(data).cast("B") if data is not None else memoryview(b"")
+
+    def __getitem__(self, row: int) -> str:
+        return bytes(self.data[self.offsets[row]:self.offsets[row + 1]]).decode("utf-8")
+
+    def equals(self, row: int, key: bytes) -> bool:
+        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
+        return end - start == len(key) and self.data[start:end] == key
+
+
+class _Numbers:
+    """A list<int64|float32> column: one numpy view per row."""
+
+    def __init__(self, array: pa.Array) -> None:
+        self.offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset:array.offset + len(array) + 1]
+        self.values = array.values.to_numpy(zero_copy_only=True)
+
+    def __getitem__(self, row: int) -> np.ndarray:
+        return self.values[self.offsets[row]:self.offsets[row + 1]]
+
+
+class _Vectors:
+    def __init__(self, array: pa.Array) -> None:
+        width = array.type.list_size
+        self.matrix = array.values.to_numpy(zero_copy_only=True).reshape(-1, width)[array.offset:]
+
+    def __getitem__(self, row: int) -> np.ndarray:
+        return self.matrix[row]
+
+
+class _Lists:
+    """A list<string> column: Arrow builds the Python strings (fastest for long lists)."""
+
+    def __init__(self, array: pa.Array) -> None:
+        self.array = array
+
+    def __getitem__(self, row: int) -> tuple[str, ...]:
+        return tuple(self.array[row].as_py())
+
+
+class _Scalars:
+    def __init__(self, array: pa.Array) -> None:
+        self.values = array.to_numpy(zero_copy_only=True)
+
+    def __getitem__(self, row: int) -> Any:
+        return self.values[row].item()
+
+
+def _reader(column: Column, array: pa.Array) -> Any:
+    kind = column.kind
+    if kind is Kind.STR:
+        return _Strings(array)
+    if kind in (Kind.INT, Kind.FLOAT):
+        return _Scalars(array)
+    if kind is Kind.STRS:
+        return _Lists(array)
+    if kind is Kind.VECTOR:
+        return _Vectors(array)
+    return _Numbers(array)
+
+
+class Segment:
+    """A mapped segment: `find` a key, read a column value at a row, or scan its batch."""
+
+    def __init__(self, artifact: Artifact[Any], directory: Path, name: str) -> None:
+        self.artifact, self.name = artifact, name
+        try:
+            self.batch = _open_ipc(directory / f"{name}.arrow")
+            index = np.load(directory / f"{name}.keys.npy", mmap_mode="r", allow_pickle=False)
+            dead_path = directory / f"{name}.dead.arrow"
+            self.dead = _Strings(_open_ipc(dead_path).column(0)) if dead_path.is_file() else None
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise StoreError(f"segment {artifact.name}/{name} is unreadable: {exc}") from None
+        # Plain ndarray views of the mapping: numpy's memmap subclass adds a Python call to every index.
+        self.hashes, self.targets = index[0].view(np.ndarray), index[1].view(np.ndarray)
+        self.n_dead = len(self.dead.offsets) - 1 if self.dead is not None else 0
+        self._columns: dict[str, Any] = {}
+        self.ids = self.column("id")
+
+    def __len__(self) -> int:
+        return self.batch.num_rows
+
+    def column(self, name: str) -> Any:
+        reader = self._columns.get(name)
+        if reader is None:
+            col = next(c for c in self.artifact.columns if c.name == name)
+            reader = self._columns[name] = _reader(col, self.batch.column(name))
+        return reader
+
+    def find(self, key: str, h: int) -> int | None:
+        """The row holding `key`, DELETED when this segment tombstones it, None when it says nothing."""
+        i = int(self.hashes.searchsorted(h))
+        raw = None
+        while i < len(self.hashes) and self.hashes[i] == h:
+            target = int(self.targets[i])
+            raw = raw if raw is not None else key.encode("utf-8")
+            if target >= 0:
+                if self.ids.equals(target, raw):
+                    return target
+            elif self.dead is not None and self.dead.equals(-1 - target, raw):
+                return DELETED
+            i += 1
+        return None
+
+    def dead_keys(self) -> list[str]:
+        return [self.dead[i] for i in range(self.n_dead)] if self.dead is not None else []

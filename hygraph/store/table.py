@@ -1,0 +1,113 @@
+"""An artifact as one version sees it: its segments, oldest first, read as one keyed table.
+
+The newest segment that holds a key (as a row or a tombstone) decides it. Lookups cost one
+hash and one binary search per segment, newest first; compaction keeps the number of
+segments small. Reads never copy a column: values are decoded from the mapped files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Generic, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from hygraph.store.artifacts import Artifact, RowT
+from hygraph.store.segment import DELETED, Segment, key_hash
+
+RECENT = 4096  # key locations a table keeps (a few hundred bytes each)
+
+
+class Table(Generic[RowT]):
+    def __init__(self, artifact: Artifact[RowT], directory: Path, names: Sequence[str], rows: int) -> None:
+        self.artifact = artifact
+        self.segments_names = list(names)
+        self.segments = [Segment(artifact, directory, n) for n in names]
+        self._newest_first = self.segments[::-1]
+        self._rows = rows
+        self._recent: dict[str, tuple[Segment, int] | None] = {}
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def locate(self, key: str) -> tuple[Segment, int] | None:
+        # A request reads several columns of the same rows: the last few thousand locations are kept.
+        if key in self._recent:
+            return self._recent[key]
+        found = None
+        h = key_hash(key)
+        for seg in self._newest_first:
+            row = seg.find(key, h)
+            if row is not None:
+                found = None if row == DELETED else (seg, row)
+                break
+        if len(self._recent) >= RECENT:
+            self._recent.clear()
+        self._recent[key] = found
+        return found
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.locate(key) is not None
+
+    def value(self, key: str, column: str) -> Any:
+        """One column of one row; KeyError when the key is absent."""
+        found = self.locate(key)
+        if found is None:
+            raise KeyError(key)
+        seg, row = found
+        return seg.column(column)[row]
+
+    def get(self, key: str) -> RowT | None:
+        found = self.locate(key)
+        if found is None:
+            return None
+        seg, row = found
+        return self.artifact.row(**{f.name: seg.column(f.name)[row] for f in fields(self.artifact.row)})
+
+    def batches(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """The live rows, segment by segment (oldest first), as record batches of `columns`."""
+        shadow = np.zeros(0, np.int64)
+        live: list[tuple[Segment, np.ndarray]] = []
+        for seg in self._newest_first:
+            keys = seg.hashes
+            mask = ~np.isin(hashes_of_rows(seg), shadow)
+            live.append((seg, mask))
+            shadow = np.union1d(shadow, keys)
+        for seg, mask in reversed(live):
+            batch = seg.batch if columns is None else seg.batch.select(list(columns))
+            rows = _confirm_shadowed(seg, mask, self._newer(seg))
+            if rows.all():
+                yield batch
+            elif rows.any():
+                yield batch.filter(pa.array(rows))
+
+    def _newer(self, seg: Segment) -> list[Segment]:
+        return self.segments[self.segments.index(seg) + 1:]
+
+    def ids(self) -> Iterator[str]:
+        for batch in self.batches(["id"]):
+            yield from batch.column(0).to_pylist()
+
+    def values(self, column: str) -> list[Any]:
+        """One column of every live row, oldest segment first (a whole-table read: tools and tests)."""
+        return [v for batch in self.batches([column]) for v in batch.column(0).to_pylist()]
+
+
+def hashes_of_rows(seg: Segment) -> np.ndarray:
+    """The key hash of every row, in row order."""
+    rows = seg.targets >= 0
+    out = np.empty(len(seg), np.int64)
+    out[seg.targets[rows]] = seg.hashes[rows]
+    return out
+
+
+def _confirm_shadowed(seg: Segment, candidate_live: np.ndarray, newer: list[Segment]) -> np.ndarray:
+    """Rows whose hash a newer segment also holds are shadowed only if the key itself is there."""
+    live = candidate_live.copy()
+    for row in np.flatnonzero(~candidate_live):
+        key = seg.ids[row]
+        h = key_hash(key)
+        live[row] = all(n.find(key, h) is None for n in newer)
+    return live

@@ -1,0 +1,61 @@
+"""The hyperbolic stage's update (HyperRAG §3.1 on new rows): explicit edges found through the inverted key-term
+index agree with the build's rule, and the degree cap holds for old and new chunks alike."""
+
+import numpy as np
+
+from hygraph.core.hyperbolic import explicit_edges, key_terms
+from hygraph.indexing.stages.hyperbolic import TermIndex, new_edges
+
+TEXTS = [
+    "Alpha Centauri is a star system near the Sun.",
+    "The Sun is a star at the center of the Solar System.",
+    "Proxima Centauri orbits Alpha Centauri.",
+    "The Solar System has eight planets orbiting the Sun.",
+    "Jupiter is the largest planet of the Solar System.",
+    "Kappa Valley is a film location in Alpha.",
+    "Alpha Centauri and Proxima Centauri are close to the Sun.",
+]
+
+
+def _index(terms: list[set[str]], edges: np.ndarray) -> TermIndex:
+    index = TermIndex()
+    degree = np.bincount(edges.ravel(), minlength=len(terms)) if len(edges) else np.zeros(len(terms), int)
+    for i, t in enumerate(terms):
+        index.add(f"c{i}", sorted(t), int(degree[i]))
+    return index
+
+
+def test_edges_of_a_new_chunk_are_the_builds_edges_touching_it_when_no_cap_binds():
+    terms = key_terms(TEXTS)
+    old = explicit_edges(terms[:-1], theta=0.15, max_neighbors=10)
+    index = _index(terms[:-1], old)
+    new = len(TEXTS) - 1
+    index.add(f"c{new}", sorted(terms[new]), 0)
+    got = {tuple(sorted(e)) for e in new_edges(index, [f"c{new}"], [terms[new]], 0.15, 10)}
+    full = explicit_edges(terms, theta=0.15, max_neighbors=10)
+    expected = {tuple(sorted((f"c{a}", f"c{b}"))) for a, b in full.tolist() if new in (a, b)}
+    assert got == expected and got
+
+
+def test_the_degree_cap_holds_for_old_and_new_chunks():
+    terms = key_terms(TEXTS)
+    old = explicit_edges(terms[:-2], theta=0.15, max_neighbors=1)
+    index = _index(terms[:-2], old)
+    for i in (len(TEXTS) - 2, len(TEXTS) - 1):
+        index.add(f"c{i}", sorted(terms[i]), 0)
+    got = new_edges(index, ["c5", "c6"], [terms[5], terms[6]], 0.15, 1)
+    degree: dict[str, int] = {}
+    for a, b in [*((f"c{a}", f"c{b}") for a, b in old.tolist()), *got]:
+        degree[a], degree[b] = degree.get(a, 0) + 1, degree.get(b, 0) + 1
+    assert max(degree.values()) == 1
+    assert list(index.degree) == [degree.get(f"c{i}", 0) for i in range(len(TEXTS))]
+
+
+def test_removed_chunks_are_never_partners():
+    terms = key_terms(TEXTS)
+    index = _index(terms[:-1], np.zeros((0, 2), np.int64))
+    index.remove("c0")
+    index.remove("c2")
+    index.add("c6", sorted(terms[6]), 0)
+    partners = {b if a == "c6" else a for a, b in new_edges(index, ["c6"], [terms[6]], 0.15, 10)}
+    assert partners and not partners & {"c0", "c2"}

@@ -1,0 +1,115 @@
+"""Stage updates apply the build's rules to the change: growing an index by a chunk, or deleting one, gives
+the rows and the graph a build of the resulting chunks gives (knowledge, graph, edge counts)."""
+
+import numpy as np
+import pytest
+
+from hygraph.config import HygraphConfig
+from hygraph.indexing.stages import graph as graph_stage
+from hygraph.indexing.stages import knowledge
+from hygraph.indexing.state import IndexState
+from hygraph.model import Entity, Extraction, Hyperedge, Relation
+from hygraph.store.artifacts import CHUNKS, ENTITIES, GRAPH, HYPEREDGES, RELATIONS, ChunkRow
+from hygraph.store.manifest import Manifest
+from hygraph.store.versions import IndexStore
+
+CFG = HygraphConfig.model_validate({"graph": {"shared_entity_threshold": 1}, "cleora": {"dim": 8}})
+DIMS = {"text": 2, "cleora": 8}
+
+
+def _ex(cid: str, names: list[str], rels: list[tuple[str, str, str]], facts: list[tuple[str, list[str]]]) -> Extraction:
+    return Extraction(cid, entities=[Entity(n.lower(), n, "NAME", f"{n} in {cid}", 0.5 + 0.1 * len(n) % 3)
+                                     for n in names],
+                      relations=[Relation.make(h, r, t) for h, r, t in rels],
+                      hyperedges=[Hyperedge.make(text, ents) for text, ents in facts])
+
+
+# Relation ends are listed as entities, as the extractors do: an end first seen through a relation counts as
+# a mention only while it is no entity yet, which would make a rebuild depend on the chunks' order.
+EXTRACTIONS = {
+    "c1": _ex("c1", ["Ada", "Bob", "Cy"], [("Ada", "knows", "Bob")], [("Ada met Bob and Cy.", ["Ada", "Bob", "Cy"])]),
+    "c2": _ex("c2", ["Bob", "Cy", "Dan", "Ada"], [("Bob", "likes", "Dan"), ("Ada", "knows", "Bob")],
+              [("Bob and Dan sail.", ["Bob", "Dan"])]),
+    "c3": _ex("c3", ["Eve", "Dan"], [("Eve", "is", "Eve")], []),
+    "c4": _ex("c4", ["Cy", "Bob", "Eve", "Fay", "Dan"], [("Cy", "hires", "Fay"), ("Bob", "likes", "Dan")],
+              [("Ada met Bob and Cy.", ["Ada", "Bob", "Cy"]), ("Fay and Eve run.", ["Fay", "Eve"])]),
+}
+
+
+def _store(tmp_path, chunk_ids: list[str]) -> IndexStore:
+    """What a build of these chunks writes for the knowledge and graph stages."""
+    kb = knowledge.merge_extractions([EXTRACTIONS[c] for c in chunk_ids])
+    hg = graph_stage.build(CFG, chunk_ids, kb)
+    contributions = knowledge.per_chunk(kb)
+    entities, relations, hyperedges = knowledge.build_rows(kb, hg.entity_ids, hg.hyperedge_ids,
+                                                           np.zeros((len(hg.entity_ids), 2), np.float32))
+    chunks = [ChunkRow(c, c, 0, c, 1, "", tuple(contributions[c].entities), tuple(contributions[c].relations),
+                       tuple(contributions[c].hyperedges), np.zeros(2, np.float32)) for c in chunk_ids]
+    store = IndexStore(tmp_path, create=True)
+    with store.begin() as w:
+        for artifact, rows in ((CHUNKS, chunks), (ENTITIES, entities), (RELATIONS, relations),
+                               (HYPEREDGES, hyperedges),
+                               (GRAPH, graph_stage.build_rows(hg, np.zeros((hg.n_nodes, 8), np.float32)))):
+            w.replace(artifact, rows, DIMS)
+        w.commit(Manifest(dims=DIMS, graph=True, stats={"edges": graph_stage.edge_counts(hg)}))
+    return store
+
+
+def _apply(state: IndexState, removed: list[str], added: list[str]) -> None:
+    removed_rows = [state.require(CHUNKS, c) for c in removed]
+    kc = knowledge.update(state, removed_rows, [EXTRACTIONS[c] for c in added])
+    state.delete_all(CHUNKS, removed)
+    for c in added:
+        ck = kc.chunks[c]
+        state.put(CHUNKS, ChunkRow(c, c, 0, c, 1, "", tuple(ck.entities), tuple(ck.relations), tuple(ck.hyperedges),
+                                   np.zeros(2, np.float32)))
+    graph_stage.update(state, CFG, added, removed, kc)
+
+
+# An entity's record (surface name, type, description, score) follows the extractions that came in; a
+# delete keeps it (only a description quoting deleted text is cleared), a rebuild takes it from what is left.
+RECORD = ("name", "type", "description", "score", "names", "name_counts")
+
+
+def _snapshot(read, keys, records: bool) -> dict:
+    out = {}
+    skip = ("embedding", "cleora") + (() if records else RECORD)
+    for key in keys:
+        row = read(key)
+        out[key] = {f: getattr(row, f) for f in row.__dataclass_fields__ if f not in skip}
+        for f in ("relations", "neighbours"):  # list order follows history, the sets must match
+            if f in out[key]:
+                out[key][f] = sorted(out[key][f])
+        out[key].pop("name_counts", None)
+    return out
+
+
+def _same(state: IndexState, built: IndexStore, records: bool = True) -> None:
+    v = built.open()
+    for artifact in (ENTITIES, RELATIONS, HYPEREDGES, GRAPH):
+        keys = sorted(v.table(artifact).ids())
+        assert state.count(artifact) == len(keys), artifact.name
+        assert _snapshot(lambda k: state.get(artifact, k), keys, records) == \
+            _snapshot(v.table(artifact).get, keys, records)
+    assert state.manifest.stats["edges"] == v.manifest.stats["edges"]
+
+
+@pytest.mark.parametrize("start, added, removed", [(["c1"], ["c2"], []), (["c1", "c2"], ["c3", "c4"], ["c2"]),
+                                                   (["c1", "c2", "c3"], ["c4"], ["c1", "c4"])])
+def test_an_update_gives_what_a_build_of_the_same_chunks_gives(tmp_path, start, added, removed):
+    grown = start + added
+    state = IndexState(_store(tmp_path / "start", start).open())
+    _apply(state, [], added)
+    _same(state, _store(tmp_path / "grown", grown))
+    if removed:
+        state = IndexState(_store(tmp_path / "full", grown).open())
+        _apply(state, removed, [])
+        _same(state, _store(tmp_path / "shrunk", [c for c in grown if c not in removed]), records=False)
+
+
+def test_a_chunk_links_to_chunks_sharing_more_than_the_threshold_and_a_self_loop_adds_no_edge(tmp_path):
+    state = IndexState(_store(tmp_path, ["c1", "c2", "c3"]).open())
+    assert set(state.require(GRAPH, "c1").neighbours) >= {"c2"}  # Bob and Cy: 2 shared > 1
+    assert "c3" not in state.require(GRAPH, "c1").neighbours  # nothing shared
+    assert "eve" not in state.require(GRAPH, "eve").neighbours
+    assert state.require(ENTITIES, "eve").relations.count(Relation.make("Eve", "is", "Eve").id) == 2

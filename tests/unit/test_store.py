@@ -1,0 +1,156 @@
+"""The segmented version store: versions share segments, deltas shadow older rows, GC and compaction."""
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+from hygraph.errors import InputError, StoreError
+from hygraph.store import segment
+from hygraph.store.artifacts import CHUNKS, DOCUMENTS, ChunkRow, DocumentRow
+from hygraph.store.manifest import Manifest, PendingSummaries
+from hygraph.store.versions import IndexStore
+
+DIMS = {"text": 3}
+
+
+def _docs(*ids: str) -> list[DocumentRow]:
+    return [DocumentRow(i, f"title {i}", f"text of {i}", (f"{i}:0",)) for i in ids]
+
+
+def _commit(store: IndexStore, base=None, rows=(), dead=(), replace=None) -> int:
+    with store.begin() as w:
+        if replace is not None:
+            w.replace(DOCUMENTS, replace, DIMS)
+        else:
+            w.change(base, DOCUMENTS, list(rows), list(dead), DIMS)
+        w.commit(Manifest(dims=DIMS))
+        return w.version
+
+
+def test_missing_index_dir_is_input_error(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        IndexStore(tmp_path / "nope")
+    store = IndexStore(tmp_path / "idx", create=True)
+    with pytest.raises(InputError, match="holds no index version"):
+        store.open()
+
+
+def test_rows_read_back_by_key_unicode_and_vectors_included(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    ids = ["a", "jan švankmajer", "東京", "quote\"and'\\slash/", "x" * 256]
+    with store.begin() as w:
+        w.replace(DOCUMENTS, _docs(*ids), DIMS)
+        w.replace(CHUNKS, [ChunkRow("a:0", "a", 0, "text", 2, "t", ("e1", "e2"), (), ("h",),
+                                    np.array([1, 2, 3], np.float32))], DIMS)
+        w.commit(Manifest(dims=DIMS, summaries_pending=PendingSummaries(["a:0"], [], 1.5, 7)))
+    version = store.open()
+    docs = version.table(DOCUMENTS)
+    assert len(docs) == 5 and all(i in docs for i in ids) and "b" not in docs
+    assert docs.get("東京") == DocumentRow("東京", "title 東京", "text of 東京", ("東京:0",))
+    assert docs.value("jan švankmajer", "title") == "title jan švankmajer"
+    chunk = version.table(CHUNKS).get("a:0")
+    assert chunk.entities == ("e1", "e2") and chunk.hyperedges == ("h",)
+    np.testing.assert_array_equal(chunk.embedding, [1, 2, 3])
+    assert version.manifest.summaries_pending == PendingSummaries(["a:0"], [], 1.5, 7)
+
+
+def test_a_version_writes_only_its_changes_and_older_versions_keep_theirs(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    v1 = _commit(store, replace=_docs("a", "b", "c"))
+    base = store.open(v1).table(DOCUMENTS)
+    v2 = _commit(store, base, rows=[DocumentRow("b", "new b", "x", ()), *_docs("d")], dead=["c", "absent"])
+    old, new = store.open(v1).table(DOCUMENTS), store.open(v2).table(DOCUMENTS)
+    assert new.segments_names[0] == old.segments_names[0] and len(new.segments_names) == 2
+    assert sorted(new.ids()) == ["a", "b", "d"] and len(new) == 3
+    assert new.value("b", "title") == "new b" and old.value("b", "title") == "title b"
+    assert "c" in old and "c" not in new
+    v3 = _commit(store, new, rows=_docs("c"), dead=["b"])
+    latest = store.open(v3).table(DOCUMENTS)
+    assert sorted(latest.ids()) == ["a", "c", "d"] and len(latest) == 3
+    assert latest.values("title") == ["title a", "title d", "title c"]  # oldest segment first
+    assert store.current_version() == v3
+
+
+def test_lookups_stay_exact_when_every_key_hashes_alike(tmp_path, monkeypatch):
+    monkeypatch.setattr(segment, "key_hash", lambda key: 42)
+    monkeypatch.setattr(segment, "hashes", lambda keys: np.full(len(list(keys)), 42, np.int64))
+    from hygraph.store import table
+
+    monkeypatch.setattr(table, "key_hash", lambda key: 42)
+    store = IndexStore(tmp_path, create=True)
+    v1 = _commit(store, replace=_docs("a", "b", "c"))
+    v2 = _commit(store, store.open(v1).table(DOCUMENTS), rows=[DocumentRow("b", "B", "", ())], dead=["c"])
+    docs = store.open(v2).table(DOCUMENTS)
+    assert docs.value("a", "title") == "title a" and docs.value("b", "title") == "B"
+    assert "c" not in docs and "d" not in docs and sorted(docs.ids()) == ["a", "b"]
+
+
+def test_a_failed_version_leaves_nothing_behind(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    v1 = _commit(store, replace=_docs("a"))
+    with pytest.raises(RuntimeError):
+        with store.begin() as w:
+            w.change(store.open(v1).table(DOCUMENTS), DOCUMENTS, _docs("b"), [], DIMS)
+            raise RuntimeError("crash mid-apply")
+    assert store.versions() == [v1] and store.current_version() == v1
+    assert sorted(p.name for p in (tmp_path / "segments" / "documents").iterdir()) == \
+        ["000001-0.arrow", "000001-0.keys.npy"]
+    assert not [p for p in (tmp_path / "versions").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_commit_refuses_when_another_writer_published_meanwhile(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    v1 = _commit(store, replace=_docs("a"))
+    with pytest.raises(StoreError, match="appeared while"):
+        with store.begin() as w:
+            w.change(store.open(v1).table(DOCUMENTS), DOCUMENTS, _docs("b"), [], DIMS)
+            _commit(store, replace=_docs("z"))  # a full build lands first
+            w.commit(Manifest(dims=DIMS), expect_current=v1)
+    assert sorted(store.open().table(DOCUMENTS).ids()) == ["z"]
+
+
+def _commit_one(path: str) -> int:
+    store = IndexStore(path, create=True)
+    with store.begin() as w:
+        w.replace(DOCUMENTS, _docs("x"), DIMS)
+        w.commit(Manifest(dims=DIMS))
+        return w.version
+
+
+def test_concurrent_writers_get_distinct_versions(tmp_path):
+    with mp.get_context("spawn").Pool(2) as pool:
+        versions = pool.map(_commit_one, [str(tmp_path)] * 4)
+    assert sorted(versions) == [1, 2, 3, 4]
+    assert IndexStore(tmp_path).current_version() == 4
+
+
+def test_gc_removes_old_versions_and_only_unreferenced_segments(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    v = _commit(store, replace=_docs("a", "b"))
+    for i in range(3):
+        v = _commit(store, store.open(v).table(DOCUMENTS), rows=_docs(f"n{i}"), dead=["b"] if i == 0 else [])
+    reader = store.open(1).table(DOCUMENTS)  # a reader still on version 1 maps its segments
+    full = _commit(store, replace=_docs("fresh"))  # a rebuild: nothing shared with the versions before
+    result = store.gc(keep=1, grace_s=0.0)
+    assert result.versions == [1, 2, 3, 4] and store.versions() == [full]
+    assert sorted(p.name.split(".")[0] for p in (tmp_path / "segments" / "documents").iterdir()) == ["000005-0"] * 2
+    assert reader.value("b", "title") == "title b"  # its mapping outlives the files
+    assert sorted(store.open().table(DOCUMENTS).ids()) == ["fresh"]
+
+
+def test_compaction_keeps_the_rows_and_the_deletions(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    v = _commit(store, replace=_docs("a", "b", "c"))
+    for rows, dead in ((_docs("d"), ["a"]), ([DocumentRow("b", "B2", "", ())], []), (_docs("a"), ["d", "c"])):
+        v = _commit(store, store.open(v).table(DOCUMENTS), rows=rows, dead=dead)
+    before = store.open(v).table(DOCUMENTS)
+    expected = {i: before.get(i) for i in before.ids()}
+    for full in (False, True):
+        with store.begin() as w:
+            w.compact(store.open(v).table(DOCUMENTS), DOCUMENTS, full=full)
+            w.commit(Manifest(dims=DIMS))
+            v = w.version
+        table = store.open(v).table(DOCUMENTS)
+        assert len(table.segments_names) == (1 if full else 2) and len(table) == len(expected) == 2
+        assert {i: table.get(i) for i in table.ids()} == expected and "c" not in table and "d" not in table
