@@ -36,7 +36,22 @@ from hygraph.store.versions import Version
 V = TypeVar("V")
 
 
-class ColumnMap(Mapping[str, V], Generic[V]):
+class _Keyed(Mapping[str, V], Generic[V]):
+    """A read-only mapping over an artifact's keys; subclasses say what a key's value is."""
+
+    table: Table[Any]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __iter__(self) -> Iterator[str]:
+        return self.table.ids()
+
+
+class ColumnMap(_Keyed[V]):
     """One column of an artifact, by key."""
 
     def __init__(self, table: Table[Any], column: str) -> None:
@@ -52,17 +67,8 @@ class ColumnMap(Mapping[str, V], Generic[V]):
         seg, row = found
         return seg.column(self.column)[row]
 
-    def __contains__(self, key: object) -> bool:
-        return key in self.table
 
-    def __len__(self) -> int:
-        return len(self.table)
-
-    def __iter__(self) -> Iterator[str]:
-        return self.table.ids()
-
-
-class RowMap(Mapping[str, V], Generic[V]):
+class RowMap(_Keyed[V]):
     """Several columns of an artifact, by key, made into one value."""
 
     def __init__(self, table: Table[Any], columns: tuple[str, ...], make: Callable[..., V]) -> None:
@@ -74,15 +80,6 @@ class RowMap(Mapping[str, V], Generic[V]):
             raise KeyError(key)
         seg, row = found
         return self.make(*(seg.column(c)[row] for c in self.columns))
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.table
-
-    def __len__(self) -> int:
-        return len(self.table)
-
-    def __iter__(self) -> Iterator[str]:
-        return self.table.ids()
 
 
 class Parents:

@@ -27,19 +27,13 @@ from hygraph.backends.vectorstore.milvus import ID_MAX_BYTES
 from hygraph.backends.vectorstore.milvus_server import StandaloneServer, http_json
 from hygraph.config import VectorStoreConfig
 from hygraph.errors import StoreError, StoreUnavailable
+from tests.hostile import FILTER_BREAKERS
 from tests.sockets import exposed, is_loopback, listening
 
 pytestmark = pytest.mark.integration
 
 HOSTILE = [
-    "zz'] or id not in ['",
-    "D'Arcy-notes",
-    'say "hi"',
-    "line\nbreak",
-    "tab\tand\rreturn",
-    "back\\slash\\",
-    "“unicode quotes” ‘single’",
-    "') or true or ('",
+    *FILTER_BREAKERS,
     "pk > 0 || true",
     "emoji 🦉:3",
     "d" * 256 + ":4095",
