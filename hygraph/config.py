@@ -231,7 +231,7 @@ class ServeConfig(Section):
     max_question_chars: int = Field(2000, ge=1)
     max_documents_per_request: int = Field(1000, ge=1)
     # A replica polls the snapshot store's CURRENT this often and swaps to a newer version.
-    version_poll_s: float = Field(2.0, gt=0)
+    version_poll_s: float = Field(1.0, gt=0)
     # Ray's Prometheus endpoint on this node (`ray.init(_metrics_export_port=...)`).
     metrics_port: int = Field(8080, ge=1, le=65535)
     # Question embedding: @serve.batch groups concurrent questions into one model call. The

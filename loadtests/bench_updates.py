@@ -57,6 +57,7 @@ def main() -> None:
     p.add_argument("--docs", type=int, default=1000, help="use the first N documents of the corpus")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--rebuild-every", type=int, default=5)
+    p.add_argument("--modes", default="hybrid,dense", help="modes whose recall@5 grown and static are compared")
     p.add_argument("--config", default=None)
     p.add_argument("--out", required=True, help="path prefix for the work directory, .json and .md")
     args = p.parse_args()
@@ -95,11 +96,15 @@ def main() -> None:
     questions = [q for q in load_questions(args.questions) if q.supporting_ids and set(q.supporting_ids) <= ids]
     qpath = _write(work / "questions.jsonl", [{"id": q.id, "question": q.question, "answers": list(q.answers),
                                                 "supporting_ids": list(q.supporting_ids)} for q in questions])
-    recall = {}
-    for name, index in (("incremental", grown), ("static", work / f"static_{len(docs)}")):
-        res = run_eval(cfg, index, qpath, ["hybrid"], 5)
-        recall[name] = res["modes"]["hybrid"]["recall@5"]
-    report["recall@5_hybrid"] = recall
+    modes = args.modes.split(",")
+    runs = {name: run_eval(cfg, index, qpath, modes, 5)
+            for name, index in (("incremental", grown), ("static", work / f"static_{len(docs)}"))}
+    recall = {mode: {name: res["modes"][mode]["recall@5"] for name, res in runs.items()} for mode in modes}
+    # Share of questions whose five passages are the same, in the same order, in both indexes.
+    same = {mode: round(sum(runs["incremental"]["ranked"][mode][q] == ranked
+                            for q, ranked in runs["static"]["ranked"][mode].items()) / max(1, len(questions)), 4)
+            for mode in modes}
+    report["recall@5"], report["same_top5"] = recall, same
     report["questions"] = len(questions)
     single = [{"id": "bench-single-doc", "title": "Bench single document",
                "text": "A single new document inserted into the full index to time one small update."}]
@@ -113,9 +118,13 @@ def main() -> None:
         rb = r.get("rebuild", {})
         lines.append(f"| {r['step']} | {r['docs']} | {r['inserted']} | {r['insert']['seconds']} | "
                      f"{r['insert']['summarize_calls']} | {rb.get('seconds', '')} | {rb.get('summarize_calls', '')} |")
-    lines += ["", f"recall@5 hybrid on {len(questions)} questions: incremental {recall['incremental']:.4f}, "
-                  f"static {recall['static']:.4f}",
-              f"single-document insert: {report['single_document_insert']}"]
+    lines += ["", f"recall@5 on {len(questions)} questions (grown by inserts vs a static build of the same "
+                  "documents; same top 5 = share of questions given the same five passages in the same order):", "",
+              "| mode | grown | static | grown - static | same top 5 |", "|---|---|---|---|---|"]
+    lines += [f"| {m} | {r['incremental']:.4f} | {r['static']:.4f} | {r['incremental'] - r['static']:+.4f} | "
+              f"{same[m]:.2f} |" for m, r in recall.items()]
+    lines += ["", f"single-document insert: {report['single_document_insert']}", "",
+              f"Command: `python loadtests/bench_updates.py {' '.join(sys.argv[1:])}`"]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -23,6 +23,10 @@ from hygraph.store.versions import IndexStore
 
 log = logging.getLogger("hygraph.updater")
 
+# Query subgraphs learned from per round: a round ends before the journal is looked at again, so a
+# few keeps a document that arrives during online learning from waiting for a long queue of them.
+LEARN_STEPS_PER_ROUND = 4
+
 
 def updater_name(index_dir: str | Path) -> str:
     """One name per index directory, known before its first build (pods mount it at one path)."""
@@ -116,7 +120,7 @@ class OnlineUpdater:
             self.steps.inc(tags={"kind": "recalibrated"})
             self.version.set(recalibrated["version"])
             return True
-        seconds = self.updater.learn(max_steps=32) if self.cfg.updates.online_learning else []
+        seconds = self.updater.learn(max_steps=LEARN_STEPS_PER_ROUND) if self.cfg.updates.online_learning else []
         for s in seconds:
             self.steps.inc(tags={"kind": "online"})
             self.step_seconds.observe(s)

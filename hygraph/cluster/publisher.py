@@ -322,12 +322,11 @@ class IndexUpdater:
                 self.vectors.create(rebuilt, storage.shape[1], "L2")
                 self.vectors.upsert(rebuilt, ids, storage, w.version)
                 self.vectors.seal(rebuilt)
-            for kind, (ids, vecs, layers) in delta.upserts.items():
-                if ids and kind in collections:
-                    self.vectors.upsert(collections[kind], ids, vecs, w.version, layers)
-            for kind in delta.upserts:
-                if kind in collections:
-                    self.vectors.persist(collections[kind])
+            written = [kind for kind, (ids, _, _) in delta.upserts.items() if ids and kind in collections]
+            for kind in written:
+                ids, vecs, layers = delta.upserts[kind]
+                self.vectors.upsert(collections[kind], ids, vecs, w.version, layers)
+            self.vectors.persist(*(collections[kind] for kind in written))
             _write_changes(w, state)
             update["bytes_written"] = w.bytes_written
             manifest = state.manifest
@@ -478,12 +477,12 @@ class IndexUpdater:
     def _retire(self, collections: dict[str, str], retired: dict[str, list[str]]) -> None:
         """Step 3: delete rows the published version no longer has. It runs after `CURRENT` moved, so a
         failure here must not fail the batch's jobs: readers already ignore those rows (they keep only
-        ids their version knows), and the next start retries from the manifest's `retired` list."""
+        ids their version knows), and the next start retries from the manifest's `retired` list. For the
+        same reason nobody waits for the deletes to become visible."""
         try:
             for kind, ids in retired.items():
                 if ids and kind in collections:
                     self.vectors.delete(collections[kind], ids)
-                    self.vectors.persist(collections[kind])
         except Exception as exc:  # noqa: BLE001 - see above
             log.warning("retiring old vector rows failed (retried at the next start): %s",
                         bounded_error(f"{type(exc).__name__}: {exc}"))

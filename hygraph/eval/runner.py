@@ -89,6 +89,7 @@ def run_eval(cfg: HygraphConfig, index_dir: str | Path, questions_path: str | Pa
     by_type: dict[str, dict[str, ModeStats]] = {mode: {} for mode in modes}
     retrieval_ms: dict[str, list[float]] = {mode: [] for mode in modes}
     retrieve_ms: dict[str, list[float]] = {mode: [] for mode in modes}
+    ranked: dict[str, dict[str, list[str]]] = {mode: {} for mode in modes}
     try:
         # One untimed query per mode loads what each mode touches first (collections, caches), and
         # the modes take turns on every question, so a busy machine slows them all alike and the
@@ -103,6 +104,7 @@ def run_eval(cfg: HygraphConfig, index_dir: str | Path, questions_path: str | Pa
                                   answer=res["answer"], golds=q.answers, supporting_ids=q.supporting_ids,
                                   latency_ms=res["timings_ms"]["total"])
                     stats[mode].add(row)
+                    ranked[mode][q.id] = row.ranked_ids
                     if q.id in types:
                         by_type[mode].setdefault(types[q.id], ModeStats(mode)).add(row)
                     retrieval_ms[mode].append(res["timings_ms"]["embed"] + res["timings_ms"]["retrieve"])
@@ -116,6 +118,8 @@ def run_eval(cfg: HygraphConfig, index_dir: str | Path, questions_path: str | Pa
                                      "retrieval_p95_ms": round(float(np.percentile(retrieval_ms[mode], 95)), 1),
                                      "retrieve_only_p50_ms": round(float(np.percentile(retrieve_ms[mode], 50)), 2)}
             print(f"[eval] {mode}: {json.dumps(result['modes'][mode])}", file=sys.stderr, flush=True)
+        # Which passages each question got: two runs (two builds, two versions) compare passage by passage.
+        result["ranked"] = ranked
         if types:
             result["by_type"] = {mode: {t: {**s.summary(), "questions": s.count} for t, s in sorted(typed.items())}
                                  for mode, typed in by_type.items()}

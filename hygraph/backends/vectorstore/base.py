@@ -30,8 +30,8 @@ class VectorStore(Protocol):
 
     def delete(self, name: str, ids: Sequence[str]) -> None: ...
 
-    def persist(self, name: str) -> None:
-        """Make this process's writes to `name` durable and visible to other processes."""
+    def persist(self, *names: str) -> None:
+        """Make this process's writes to the `names` collections durable and visible to other processes."""
         ...
 
     def seal(self, name: str) -> None:

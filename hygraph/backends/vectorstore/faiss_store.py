@@ -100,8 +100,9 @@ class FaissStore:
             del self._cols[name]
         self._load(name)
 
-    def persist(self, name: str) -> None:
-        self.seal(name)
+    def persist(self, *names: str) -> None:
+        for name in names:
+            self.seal(name)
 
     def seal(self, name: str) -> None:
         col = self._load(name)

@@ -71,12 +71,17 @@ def summary_request(members: Sequence[str], leaves: Sequence[str], summaries: Ma
             mentions[eid] += 1
     top = [eid for eid, _ in mentions.most_common(KEY_ENTITIES)]
     inside = set(top)
-    rels = {rid for eid in top for rid in src.entity_relations(eid)
+    # A relation between two top entities is listed under both (a self-loop twice under its one), so only
+    # ids seen twice are read: a hub entity's thousands of relations are counted, not fetched.
+    seen: Counter = Counter()
+    for eid in top:
+        seen.update(src.entity_relations(eid))
+    rows = {rid: r for rid, n in seen.items() if n >= 2
             if (r := src.relation(rid))[0] in inside and r[2] in inside}
-    best = sorted(rels, key=lambda rid: (-src.relation(rid)[3], rid))[:KEY_RELATIONS]
+    best = sorted(rows, key=lambda rid: (-rows[rid][3], rid))[:KEY_RELATIONS]
     relations = []
     for rid in best:
-        head, phrase, tail, _ = src.relation(rid)
+        head, phrase, tail, _ = rows[rid]
         relations.append(f"{src.entity_name(head)} {phrase} {src.entity_name(tail)}")
     return SummaryRequest(member_texts=tuple(summaries[m] if m in summaries else src.node_text(m) for m in members),
                           entities=tuple(src.entity_name(e) for e in top), relations=tuple(relations))
