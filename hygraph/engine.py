@@ -7,6 +7,7 @@ every mode behaves the same from the command line and over HTTP.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -17,11 +18,12 @@ from hygraph.backends import vectorstore
 from hygraph.backends.embedder import Embedder, make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import LLM
+from hygraph.backends.vectorstore import VectorStore
 from hygraph.config import HygraphConfig
 from hygraph.core.hyperbolic import from_storage
 from hygraph.core.prompt import assemble_prompt
 from hygraph.core.retrieval.collapsed import collapsed
-from hygraph.core.retrieval.context import Context, ContextItem, Search
+from hygraph.core.retrieval.context import Context, ContextItem, Hits, Search, SearchRequest
 from hygraph.core.retrieval.dense import dense
 from hygraph.core.retrieval.hybrid import hybrid
 from hygraph.core.retrieval.hyperbolic import hyperbolic
@@ -36,6 +38,10 @@ from hygraph.model import Chunk
 from hygraph.store.versions import IndexStore, Version
 from hygraph.store.view_loader import load_view
 
+# Threads for the searches requests make side by side: four per request (hybrid) for a few requests.
+SEARCH_THREADS = 8
+
+
 @dataclass(frozen=True)
 class Loaded:
     """One index version as a request sees it: the graph view (over the version's mapped segments,
@@ -46,6 +52,24 @@ class Loaded:
     version: Version
 
 
+class VersionSearch:
+    """`Search` over one loaded version's collections: hits the version does not know (rows a newer or an
+    older version wrote) are dropped."""
+
+    def __init__(self, vectors: VectorStore, loaded: Loaded, pool: ThreadPoolExecutor) -> None:
+        self.vectors, self.loaded, self.pool = vectors, loaded, pool
+
+    def __call__(self, kind: str, queries: np.ndarray, k: int, layer: int | None) -> Hits:
+        rows = self.vectors.search(self.loaded.collections[kind], queries, k, layer)
+        known = self.loaded.view.known(kind)
+        return [[(h.id, h.score) for h in row if h.id in known] for row in rows]
+
+    def many(self, requests: Sequence[SearchRequest]) -> list[Hits]:
+        if len(requests) < 2:
+            return [self(*r) for r in requests]
+        return list(self.pool.map(lambda r: self(*r), requests))
+
+
 class QueryEngine:
     def __init__(self, cfg: HygraphConfig, index_dir: str | Path, embedder: Embedder | None = None,
                  llm: LLM | None = None) -> None:
@@ -53,6 +77,8 @@ class QueryEngine:
         self.store = IndexStore(index_dir)
         self.vectors = vectorstore.connect(cfg.vector_store, index_dir)
         self._swap = threading.Lock()
+        # The independent searches of one request (Search.many) run side by side here.
+        self.search_pool = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="hygraph-search")
         self.loaded = self._load(self.store.open())
         self.embedder = embedder or make_embedder(cfg.embedder)
         self.llm = llm or make_llm(cfg.llm, cache_dir=str(Path(index_dir) / "llm_cache"))
@@ -90,6 +116,7 @@ class QueryEngine:
         return loaded
 
     def close(self) -> None:
+        self.search_pool.shutdown(wait=False, cancel_futures=True)
         self.vectors.close()
 
     @property
@@ -97,12 +124,7 @@ class QueryEngine:
         return self.loaded.view.version
 
     def _searcher(self, loaded: Loaded) -> Search:
-        def search(kind: str, queries: np.ndarray, k: int, layer: int | None) -> list[list[tuple[str, float]]]:
-            rows = self.vectors.search(loaded.collections[kind], queries, k, layer)
-            known = loaded.view.known(kind)
-            return [[(h.id, h.score) for h in row if h.id in known] for row in rows]
-
-        return search
+        return VersionSearch(self.vectors, loaded, self.search_pool)
 
     def _points(self, loaded: Loaded) -> Points:
         """Poincaré points from the hyperbolic collection, which the online learner updates in place."""

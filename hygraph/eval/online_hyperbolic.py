@@ -27,9 +27,9 @@ import numpy as np
 
 from hygraph.config import HygraphConfig, load_config
 from hygraph.core import hyperbolic
-from hygraph.core.retrieval.context import Search
+from hygraph.core.retrieval.context import Hits, Search
 from hygraph.core.retrieval.view import Points
-from hygraph.engine import Loaded, QueryEngine
+from hygraph.engine import Loaded, QueryEngine, VersionSearch
 from hygraph.eval.metrics import recall_at_k
 from hygraph.indexing.online import OnlineLearner, install, observation, retrain
 from hygraph.indexing.stages.hyperbolic import explicit_graph
@@ -65,6 +65,25 @@ class MemoryPoints:
             self.current[[self.row[c] for c in chunk_ids]] = hyperbolic.from_storage(storage)
 
 
+class LearnedSearch(VersionSearch):
+    """The "hyperbolic" search answered exactly from the learner's points; the other kinds from the store."""
+
+    def __init__(self, engine: "LearningEngine", loaded: Loaded) -> None:
+        super().__init__(engine.vectors, loaded, engine.search_pool)
+        self.engine = engine
+
+    def __call__(self, kind: str, queries: np.ndarray, k: int, layer: int | None) -> Hits:
+        if kind != "hyperbolic":
+            return super().__call__(kind, queries, k, layer)
+        storage, ids = self.engine.storage, self.engine.live.ids
+        out = []
+        for row in np.asarray(queries, dtype=np.float32):
+            d = ((storage - row) ** 2).sum(axis=1)
+            top = np.argpartition(d, min(k, len(d)) - 1)[:k]
+            out.append([(ids[i], float(d[i])) for i in top[np.argsort(d[top], kind="stable")]])
+        return out
+
+
 class LearningEngine(QueryEngine):
     """The query engine with the Poincaré points read from a learner's in-memory copy instead of the store."""
 
@@ -88,19 +107,7 @@ class LearningEngine(QueryEngine):
         return self.live.points
 
     def _searcher(self, loaded: Loaded) -> Search:
-        inner = super()._searcher(loaded)
-
-        def search(kind: str, queries: np.ndarray, k: int, layer: int | None) -> list[list[tuple[str, float]]]:
-            if kind != "hyperbolic":
-                return inner(kind, queries, k, layer)
-            out = []
-            for row in np.asarray(queries, dtype=np.float32):
-                d = ((self.storage - row) ** 2).sum(axis=1)
-                top = np.argpartition(d, min(k, len(d)) - 1)[:k]
-                out.append([(self.live.ids[i], float(d[i])) for i in top[np.argsort(d[top], kind="stable")]])
-            return out
-
-        return search
+        return LearnedSearch(self, loaded)
 
 
 def held_out_recall(engine: QueryEngine, questions: list[Question], vecs: np.ndarray, k: int) -> float:

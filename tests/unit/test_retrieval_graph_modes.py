@@ -150,6 +150,9 @@ class BruteForce:
             out.append([(ids[i], round(float(scores[i]), 6)) for i in order[:cut]])
         return out
 
+    def many(self, requests) -> list[list[list[tuple[str, float]]]]:
+        return [self(*r) for r in requests]
+
 
 @pytest.fixture
 def view() -> IndexView:

@@ -79,6 +79,9 @@ class BruteSearch:
         scores = [mat @ row for row in rows]
         return [[(ids[i], float(s[i])) for i in np.argsort(-s, kind="stable")[:k]] for s in scores]
 
+    def many(self, requests) -> list[list[list[tuple[str, float]]]]:
+        return [self(*r) for r in requests]
+
     def points(self, chunk_ids) -> np.ndarray:
         """The engine's live points: read back from the stored (Lorentz) vectors."""
         ids, stored = self.storage

@@ -43,8 +43,8 @@ def collapsed(query_vec: np.ndarray, k: int, view: IndexView, search: Search, *,
         raise ValueError(f"p: expected a proportion in [0, 1], got {p}")
     q = query_vec[None, :]
     depth = pool_size(k)
-    leaf_hits = search("chunks", q, depth, None)[0]
-    summary_hits = search("summaries", q, depth, None)[0]
+    leaf_hits, summary_hits = (hits[0] for hits in search.many([("chunks", q, depth, None),
+                                                                 ("summaries", q, depth, None)]))
     merged = sorted([(s, "chunk", cid) for cid, s in leaf_hits] + [(s, "summary", sid) for sid, s in summary_hits],
                     key=lambda node: -node[0])
 

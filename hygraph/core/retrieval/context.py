@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal, Protocol, Sequence
 
 import numpy as np
 
 Kind = Literal["summary", "chunk", "entity", "relation", "hyperedge"]
-# search(collection kind, query rows, k, layer) -> per query row, [(id, score)] best first
-Search = Callable[[str, np.ndarray, int, "int | None"], list[list[tuple[str, float]]]]
+# Per query row, [(id, score)] best first.
+Hits = list[list[tuple[str, float]]]
+# (collection kind, query rows, k, layer)
+SearchRequest = tuple[str, np.ndarray, int, "int | None"]
+
+
+class Search(Protocol):
+    """Similarity search over the collections of one index version."""
+
+    def __call__(self, kind: str, queries: np.ndarray, k: int, layer: int | None) -> Hits: ...
+
+    def many(self, requests: Sequence[SearchRequest]) -> list[Hits]:
+        """Independent searches, answered in request order: a remote store answers them side by side, so a
+        mode that needs four searches waits for about one."""
+        ...
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """`hybrid`: HyGRAG's context- and relation-aware bi-level retrieval (§3.2, Alg. 2, eqs. 14-20), with passages
 ranked by graph propagation (HippoRAG 2).
 
-Four vector searches, one per collection, and one BM25 lookup; the context is set operations
-over the hits, bounded by the retrieved items' degrees and the retrieved communities' sizes,
-never a scan of a whole collection; the passages come from one personalized PageRank. The
-helpers below the strategy (`select_relations`, `chunks_under`, the item builders) are
-shared with the other modes.
+Four vector searches, one per collection (asked at once: `Search.many`), and one BM25 lookup;
+the context is set operations over the hits, bounded by the retrieved items' degrees and the
+retrieved communities' sizes, never a scan of a whole collection; the passages come from one
+personalized PageRank. The helpers below the strategy (`select_relations`, `chunks_under`, the
+item builders) are shared with the other modes.
 """
 
 from __future__ import annotations
@@ -60,10 +60,9 @@ def hybrid(question: str, query_vec: np.ndarray, k: int, view: IndexView, search
     q = query_vec[None, :]
     relation_k = relation_k or k
     depth = max(k, chunk_pool or pool_size(k))
-    summary_hits = search("summaries", q, k, None)[0]
-    chunk_hits = search("chunks", q, depth, None)[0]
-    entity_hits = search("entities", q, k, None)[0]
-    relation_hits = search("relations", q, max(relation_k, relation_pool or pool_size(relation_k)), None)[0]
+    summary_hits, chunk_hits, entity_hits, relation_hits = (hits[0] for hits in search.many([
+        ("summaries", q, k, None), ("chunks", q, depth, None), ("entities", q, k, None),
+        ("relations", q, max(relation_k, relation_pool or pool_size(relation_k)), None)]))
 
     communities = [sid for sid, _ in summary_hits]
     entity_ids = [eid for eid, _ in entity_hits]

@@ -54,9 +54,9 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     """
     spans = question_entities(question)
     entity_query = embed([", ".join(spans)])[0] if spans else query_vec
-    entity_hits = search("entities", entity_query[None, :], k_v, None)[0]
-    edge_hits = search("hyperedges", query_vec[None, :], k_h, None)[0]
-    dense_hits = search("chunks", query_vec[None, :], k if k_chunk is None else k_chunk, None)[0]
+    entity_hits, edge_hits, dense_hits = (hits[0] for hits in search.many([
+        ("entities", entity_query[None, :], k_v, None), ("hyperedges", query_vec[None, :], k_h, None),
+        ("chunks", query_vec[None, :], k if k_chunk is None else k_chunk, None)]))
 
     retrieved_entities = _scored_above(entity_hits, view.entity_score, tau_v)
     edge_score = _scored_above(edge_hits, view.hyperedge_score, tau_h)

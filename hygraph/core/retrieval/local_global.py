@@ -41,9 +41,8 @@ def local(question: str, query_vec: np.ndarray, k: int, view: IndexView, search:
     """
     q = query_vec[None, :]
     depth = pool_size(k)
-    entity_hits = search("entities", q, depth, None)[0]
-    chunk_hits = search("chunks", q, depth, None)[0]
-    relation_hits = search("relations", q, depth, None)[0]
+    entity_hits, chunk_hits, relation_hits = (hits[0] for hits in search.many(
+        [("entities", q, depth, None), ("chunks", q, depth, None), ("relations", q, depth, None)]))
 
     named = [normalize_name(name) for name in question_entities(question)]
     seeds = list(dict.fromkeys([*(eid for eid in named if eid in view.entity_name),
@@ -93,9 +92,8 @@ def global_(query_vec: np.ndarray, k: int, view: IndexView, search: Search) -> C
     """
     q = query_vec[None, :]
     depth = pool_size(k)
-    summary_hits = search("summaries", q, k, None)[0]
-    chunk_hits = search("chunks", q, depth, None)[0]
-    entity_hits = search("entities", q, depth, None)[0]
+    summary_hits, chunk_hits, entity_hits = (hits[0] for hits in search.many(
+        [("summaries", q, k, None), ("chunks", q, depth, None), ("entities", q, depth, None)]))
     communities = [sid for sid, _ in summary_hits]
     members = searched_members(communities, {cid for cid, _ in chunk_hits} | {eid for eid, _ in entity_hits}, view)
     chunks = until_k_passages(chunks_under(communities, chunk_hits, members, view), k)

@@ -23,8 +23,8 @@ def ppr(question: str, query_vec: np.ndarray, k: int, view: IndexView, search: S
     """
     q = query_vec[None, :]
     depth = pool_size(k)
-    relation_hits = search("relations", q, RELATION_SEEDS, None)[0]
-    chunk_hits = search("chunks", q, depth, None)[0]
+    relation_hits, chunk_hits = (hits[0] for hits in search.many([("relations", q, RELATION_SEEDS, None),
+                                                                   ("chunks", q, depth, None)]))
     seeds = link_entities(question_entities(question), relation_hits, view)
     fused = rrf([[c for c, _ in chunk_hits], [c for c, _ in bm25_hits(question, depth, view)]])
     chunks = [chunk_item(cid, mass, view) for cid, mass in by_mass(propagate(view, seeds, fused), view, k)]
