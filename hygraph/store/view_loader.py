@@ -91,6 +91,7 @@ class Parents:
     def __init__(self, table: Table[Any]) -> None:
         self.table = table
         self.known: dict[str, tuple[str, ...]] = {}
+        self.above: dict[tuple[str, int], frozenset[str]] = {}
 
     def __call__(self, node: str) -> tuple[str, ...]:
         got = self.known.get(node)
@@ -100,6 +101,19 @@ class Parents:
             if len(self.known) >= self.LIMIT:
                 self.known.clear()
             self.known[node] = got
+        return got
+
+    def ancestors(self, node: str, layer: int = 0) -> frozenset[str]:
+        """Every summary above `node` of `layer`, kept like the parents: a node's ancestors are asked for by
+        every summary a query retrieved, and a summary's by every node below it. Only parents of a higher
+        layer are followed, so the walk ends even where a chunk id has the form of a summary id."""
+        got = self.above.get((node, layer))
+        if got is None:
+            up = [(p, SummaryNode.layer_of(p)) for p in self(node)]
+            got = frozenset(a for p, at in up if at > layer for a in (p, *self.ancestors(p, at)))
+            if len(self.above) >= self.LIMIT:
+                self.above.clear()
+            self.above[(node, layer)] = got
         return got
 
 
@@ -127,17 +141,8 @@ class Leaves:
                            iter(sorted(extra)))
 
     def __contains__(self, node: object) -> bool:
-        """Whether `node` (a layer-0 id) is under this summary: its ancestors up to this summary's layer."""
-        if not isinstance(node, str):
-            return False
-        frontier, seen = {node}, set()
-        while frontier:
-            if self.sid in frontier:
-                return True
-            seen |= frontier
-            frontier = {p for n in frontier for p in self.parents(n)
-                        if p not in seen and SummaryNode.layer_of(p) <= self.layer}
-        return False
+        """Whether `node` (a layer-0 id) is under this summary: whether this summary is among its ancestors."""
+        return isinstance(node, str) and self.sid in self.parents.ancestors(node)
 
 
 class LeavesMap(Mapping[str, Leaves]):

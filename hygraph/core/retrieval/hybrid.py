@@ -68,7 +68,7 @@ def hybrid(question: str, query_vec: np.ndarray, k: int, view: IndexView, search
     entity_ids = [eid for eid, _ in entity_hits]
     # E_all is only ever asked about the ends of the searched relations, so the community
     # members are looked up among those ends only.
-    ends = {end for rid, _ in relation_hits for end in (view.relations[rid][0], view.relations[rid][2])}
+    ends = {end for rid, _ in relation_hits for end in _ends(view.relations[rid])}
     entity_set = set(entity_ids) | searched_members(communities, ends, view)
     retrieved_chunks = {cid for cid, _ in chunk_hits[:k]}
 
@@ -191,6 +191,10 @@ def until_k_passages(items: Iterable[ContextItem], k: int) -> list[ContextItem]:
         if len(docs) >= k:
             break
     return out
+
+
+def _ends(relation: tuple[str, str, str, float]) -> tuple[str, str]:
+    return relation[0], relation[2]
 
 
 def _docs(chunk_ids: Iterable[str], view: IndexView) -> tuple[str, ...]:
