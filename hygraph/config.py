@@ -79,6 +79,9 @@ class VectorStoreConfig(Section):
     lite_host: str = "127.0.0.1"
     lite_port: int = Field(0, ge=0)  # 0: pick a free port
     server_start_timeout_s: float = Field(60.0, gt=0)  # a managed server must answer within this
+    # How often a managed server's watchdog checks that a live process still uses it (it stops one
+    # whose clients were all killed without leaving).
+    server_watch_s: float = Field(10.0, gt=0)
     server_cache_dir: str = ""  # where the embedded server's binaries are unpacked once; "": ~/.cache/hygraph
     # The embedded server's network isolation. "netns": run it in a private network namespace
     # (`unshare -rn`, unprivileged user namespaces) where none of its sockets is reachable from

@@ -120,8 +120,10 @@ def run_role(role: str, env: dict[str, str], *args: str) -> dict[str, Any]:
 def role_build(corpus: str, index_dir: str) -> dict[str, Any]:
     from hygraph.indexing.build import build_index
 
+    load_before = os.getloadavg()[0]
     out = build_index(load_config(None), corpus, index_dir)
-    return {"version": out["version"], "counts": {k: out[k] for k in ("documents", "chunks", "entities", "relations",
+    return {"load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+            "version": out["version"], "counts": {k: out[k] for k in ("documents", "chunks", "entities", "relations",
                                                                      "hyperedges", "summaries")},
             "seconds": out["seconds"], "stages": out["stats"]["seconds_per_stage"]}
 
@@ -261,6 +263,8 @@ def markdown(res: dict[str, Any]) -> str:
 
     stages = list(dict.fromkeys(s for r in rows for s in r["build"]["stages"]))
     line("build s (total)", [round(r["build"]["seconds"], 1) for r in rows])
+    line("build: load average (1 min) at start / end", [
+        " / ".join(map(str, r["build"].get("load_average_1m", ["?", "?"]))) for r in rows])
     for s in stages:
         line(f"build s: {s}", [round(r["build"]["stages"].get(s, 0.0), 1) for r in rows])
     line("chunks / entities / relations", [f"{r['build']['counts']['chunks']:,} / {r['build']['counts']['entities']:,}"

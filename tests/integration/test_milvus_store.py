@@ -458,3 +458,28 @@ def test_without_user_namespaces_auto_falls_back_with_a_warning_and_netns_refuse
     finally:
         s.close()
     assert not _servers_of(index)
+
+
+def test_a_server_whose_clients_were_all_killed_is_stopped_by_its_watchdog(tmp_path):
+    client = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from hygraph.backends.vectorstore import connect\n"
+         "from hygraph.config import VectorStoreConfig\n"
+         "connect(VectorStoreConfig(server_watch_s=0.5), sys.argv[1])\n"
+         "print('connected', flush=True)\n"
+         "time.sleep(600)\n", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout is not None and client.stdout.readline().strip() == "connected"
+        server = _state(tmp_path)
+        assert psutil.pid_exists(server["pid"])
+    finally:
+        client.kill()  # SIGKILL: no atexit, the lease stays behind
+        client.wait()
+    assert _gone_within(server["pid"], 60), "the watchdog left the abandoned server running"
+    deadline = time.monotonic() + 30  # the watchdog forgets the server once it has exited
+    while (tmp_path / "milvus" / "server.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not (tmp_path / "milvus" / "server.json").exists()
+    assert not _servers_of(tmp_path)

@@ -54,6 +54,10 @@ def connect(cfg: VectorStoreConfig, index_dir: str | Path) -> VectorStore:
         hint = _other_engine_hint(cfg, Path(index_dir) / "milvus")
         server = managed_server(cfg, index_dir).start()
         try:
+            if server.spawned:
+                from hygraph.backends.vectorstore.watchdog import start_watchdog
+
+                start_watchdog(cfg, index_dir, server.pid)
             token = server.token
         except BaseException:
             server.stop()

@@ -10,7 +10,8 @@ Milvus Lite, `lite_server.py`) run under this one lifecycle:
   client must not kill the server others share) on ports chosen free at start;
 - each process holds a lease file `clients/<pid>`; the last one to leave stops the server with
   SIGTERM, then SIGKILL after a bounded grace;
-- a dead, unreachable or half-started server is replaced by the next connect.
+- a dead, unreachable or half-started server is replaced by the next connect;
+- a watchdog started with the server (watchdog.py) stops it once every client died without leaving.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class ManagedServer:
         self.pid = 0
         self.start_timeout_s = start_timeout_s
         self.state: dict[str, Any] = {}
+        self.spawned = False  # whether `start` launched the server (rather than attaching to a running one)
         self._client_file: Path | None = None
 
     # ---- what clients use -------------------------------------------------------------------
@@ -246,6 +248,7 @@ class ManagedServer:
         state["status"] = "ready"
         self._write_state(state)
         self._adopt(state)
+        self.spawned = True
 
     def _kill(self, state: dict[str, Any]) -> None:
         """SIGTERM, then SIGKILL after the grace; wait for the exit; forget the state."""
@@ -271,6 +274,18 @@ class ManagedServer:
                     time.sleep(0.05)
         self._after_exit(state)
         self._state_file.unlink(missing_ok=True)
+
+    def stop_if_abandoned(self, pid: int) -> bool:
+        """The watchdog's check: stop server `pid` when no live process holds a lease on it. True once that
+        server is gone (stopped here, by its last client, or replaced), when there is nothing left to watch."""
+        with locked(self.data_dir / "server.lock"):
+            state = self._read_state()
+            if state is None or int(state["pid"]) != pid or not pid_alive(pid):
+                return True
+            if state.get("status") != "ready" or self._live_clients():
+                return False
+            self._kill(state)
+            return True
 
     def stop(self) -> None:
         """Leave; the last client out stops the server and waits for it to exit."""
