@@ -8,13 +8,13 @@ lock keeps a second writer (another actor, a CLI insert) out.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from hygraph.cluster.names import updater_name
 from hygraph.cluster.publisher import IndexUpdater
 from hygraph.config import HygraphConfig
 from hygraph.errors import IndexNotReady, StoreUnavailable
@@ -22,11 +22,6 @@ from hygraph.store.journal import bounded_error
 from hygraph.store.versions import IndexStore
 
 log = logging.getLogger("hygraph.updater")
-
-
-def updater_name(index_dir: str | Path) -> str:
-    """One name per index directory, known before its first build (pods mount it at one path)."""
-    return f"hygraph-updater-{hashlib.sha1(str(Path(index_dir).resolve()).encode()).hexdigest()[:12]}"
 
 
 class OnlineUpdater:
