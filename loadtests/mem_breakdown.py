@@ -82,6 +82,10 @@ def steps(args: argparse.Namespace) -> None:
         import gc
 
         gc.collect()
+        if args.trim:  # what is retained, without the allocator's free pages
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
         rss, uss = mem()
         rows.append((label, rss, uss, uss - last[0]))
         last[0] = uss
@@ -99,11 +103,12 @@ def steps(args: argparse.Namespace) -> None:
     cfg = load_config(None)
     import hygraph.serve.deployments  # noqa: F401
     step("hygraph.serve.deployments (its imports)")
-    import torch  # noqa: F401
-    step("torch")
-    import sentence_transformers  # noqa: F401
-    step("sentence_transformers (transformers)")
-    from hygraph.backends.embedder import make_embedder
+    from hygraph.backends.embedder import is_static_model, make_embedder, model_path
+    if not is_static_model(model_path(cfg.embedder)):
+        import torch  # noqa: F401
+        step("torch")
+        import sentence_transformers  # noqa: F401
+        step("sentence_transformers (transformers)")
     emb = make_embedder(cfg.embedder, threads=1.0)
     step(f"embedder loaded ({cfg.embedder.model})")
     emb.encode(["warm up the embedder with a question"])
@@ -136,6 +141,7 @@ def steps(args: argparse.Namespace) -> None:
         except Exception as exc:  # noqa: BLE001 - a mode the index lacks
             print(f"  {mode}: {exc}")
     step("5 queries of every other mode")
+    print("torch imported:", "torch" in sys.modules)
     print_smaps(os.getpid())
     engine.close()
 
@@ -147,6 +153,7 @@ def main() -> None:
     s.add_argument("--index-dir", required=True)
     s.add_argument("--questions", default=str("/work/shared/data/dev/2wiki_dev.questions.jsonl"))
     s.add_argument("--queries", type=int, default=20)
+    s.add_argument("--trim", action="store_true", help="malloc_trim before each measurement")
     m = sub.add_parser("smaps")
     m.add_argument("pids", nargs="+", type=int)
     args = p.parse_args()
