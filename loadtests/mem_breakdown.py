@@ -3,6 +3,7 @@ a running process's /proc/PID/smaps grouped by mapping.
 
     python loadtests/mem_breakdown.py steps --index-dir IDX [--model DIR] [--cache-dir DIR]
     python loadtests/mem_breakdown.py smaps PID [PID ...]
+    python loadtests/mem_breakdown.py floor [--imports bare|hygraph]
 
 `steps` runs, in this process, what a Retriever replica runs (imports, the question embedder, the vector
 store connection, the version's view, a few hybrid queries) and prints RSS / USS after each step and
@@ -146,6 +147,39 @@ def steps(args: argparse.Namespace) -> None:
     engine.close()
 
 
+def floor(imports: str) -> None:
+    import ray
+    from ray import serve
+
+    from loadtests.common import free_port
+
+    @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0})
+    class Floor:
+        def __init__(self, what: str) -> None:
+            if what == "hygraph":
+                import pyarrow.compute  # noqa: F401
+                import pymilvus  # noqa: F401
+
+                import hygraph.serve.deployments  # noqa: F401
+
+        def pid(self) -> int:
+            return os.getpid()
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"port": free_port()})
+        handle = serve.run(Floor.bind(imports), name="floor", route_prefix=None)
+        pids = {handle.pid.remote().result() for _ in range(40)}
+        time.sleep(3)
+        for pid in sorted(pids):
+            info = psutil.Process(pid).memory_full_info()
+            print(json.dumps({"imports": imports, "pid": pid, "rss_mb": round(info.rss / 2**20, 1),
+                              "uss_mb": round(info.uss / 2**20, 1)}))
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -156,9 +190,13 @@ def main() -> None:
     s.add_argument("--trim", action="store_true", help="malloc_trim before each measurement")
     m = sub.add_parser("smaps")
     m.add_argument("pids", nargs="+", type=int)
+    f = sub.add_parser("floor")
+    f.add_argument("--imports", choices=["bare", "hygraph"], default="hygraph")
     args = p.parse_args()
     if args.cmd == "steps":
         steps(args)
+    elif args.cmd == "floor":
+        floor(args.imports)
     else:
         for pid in args.pids:
             print_smaps(pid)
