@@ -81,8 +81,7 @@ class Table(Generic[RowT]):
             if rows.all():
                 yield batch
             else:
-                # Runs of live rows as zero-copy slices, not `batch.filter`: no Arrow compute kernel runs in a
-                # reader (see _first_seen_codes in store/view_loader.py).
+                # Runs of live rows as zero-copy slices of the mapped batch (`batch.filter` would copy them).
                 for start, stop in _runs(rows):
                     yield batch.slice(start, stop - start)
 

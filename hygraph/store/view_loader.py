@@ -23,6 +23,7 @@ from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import scipy.sparse as sp
 
 from hygraph.core.graph import HybridGraph
@@ -173,60 +174,36 @@ def _arrays(version: Version, artifact: Artifact[Any], columns: Sequence[str]) -
             for i, name in enumerate(columns)]
 
 
-_BLOCK = 1 << 14  # strings made per block: bounds the Python strings alive at once
-
-
 def _lengths(lists: pa.Array) -> np.ndarray:
-    """Each row's list length, from the offsets buffer (read directly: `ListArray.offsets` and `value_lengths`
-    run Arrow compute kernels, see `_first_seen_codes`). Large lists: int64 offsets."""
+    """Each row's list length, from the offsets buffer (large lists: int64), with no copy."""
     offsets = np.frombuffer(lists.buffers()[1], dtype=np.int64)[lists.offset:lists.offset + len(lists) + 1]
     return np.diff(offsets)
 
 
 def _numbers(array: pa.Array, dtype: type) -> np.ndarray:
-    """A primitive array's values, a view of its data buffer (`to_numpy` can run a compute kernel)."""
+    """A primitive array without nulls: a view of its data buffer."""
     return np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset:array.offset + len(array)]
-
-
-def _first_seen_codes(values: pa.Array) -> tuple[np.ndarray, list[str]]:
-    """Dictionary encoding in first-seen order: (codes, distinct values).
-
-    Done in Python, not with Arrow's compute functions: a store reader then runs no compute kernel
-    (the first in a process initializes them all, ~26 MiB of private memory; loadtests/mem_breakdown.py;
-    in a Retriever replica importing pymilvus does that anyway).
-    """
-    index: dict[str, int] = {}
-    codes = np.empty(len(values), np.int64)
-    # In blocks: the strings of a block are freed before the next is made, so the few that stay (the
-    # vocabulary) do not pin the allocator's pages of all of them.
-    for start in range(0, len(values), _BLOCK):
-        block = values.slice(start, _BLOCK).to_pylist()
-        codes[start:start + len(block)] = np.fromiter((index.setdefault(v, len(index)) for v in block), np.int64,
-                                                      len(block))
-    return codes, list(index)
 
 
 def lexical_index(version: Version, artifact: Artifact[PostingsRow]) -> LexicalIndex:
     """The BM25 index of the stored postings: terms numbered in first-seen order over the rows, as
     core.lexical.build numbers them, so scores equal those of a build over the same documents."""
     ids, terms, counts = _arrays(version, artifact, ("id", "terms", "counts"))
-    codes, vocabulary = _first_seen_codes(terms.flatten())
+    encoded = pc.dictionary_encode(terms.flatten())
     indptr = np.concatenate([[0], np.cumsum(_lengths(terms), dtype=np.int64)])
+    # Arrow's buffers are read-only; the index arrays are copied so that the rows' terms can be sorted in place.
+    codes = _numbers(encoded.indices, encoded.indices.type.to_pandas_dtype()).astype(np.int64)
     matrix = sp.csr_matrix((_numbers(counts.flatten(), np.int64).astype(np.float32), codes, indptr),
-                           shape=(len(ids), len(vocabulary)))
+                           shape=(len(ids), len(encoded.dictionary)))
     matrix.sort_indices()
-    return LexicalIndex(tuple(ids.to_pylist()), tuple(vocabulary), matrix)
+    return LexicalIndex(tuple(ids.to_pylist()), tuple(encoded.dictionary.to_pylist()), matrix)
 
 
-def _positions(values: pa.Array, node_index: dict[str, int], what: str) -> np.ndarray:
-    out = np.empty(len(values), np.int64)
-    for start in range(0, len(values), _BLOCK):
-        block = values.slice(start, _BLOCK).to_pylist()
-        got = np.fromiter((node_index.get(v, -1) for v in block), np.int64, len(block))
-        if (got < 0).any():  # the graph stage writes both ends of every edge; a miss is a damaged version
-            raise StoreError(f"{what} names a node the graph artifact does not hold")
-        out[start:start + len(block)] = got
-    return out
+def _positions(values: pa.Array, nodes: pa.Array, what: str) -> np.ndarray:
+    found = pc.index_in(values, value_set=nodes)
+    if found.null_count:  # the graph stage writes both ends of every edge; a miss is a damaged version
+        raise StoreError(f"{what} names a node the graph artifact does not hold")
+    return _numbers(found, found.type.to_pandas_dtype()).astype(np.int64)
 
 
 def _graph(version: Version) -> HybridGraph:
@@ -238,15 +215,15 @@ def _graph(version: Version) -> HybridGraph:
     chunk_ids = list(node_ids[kind == NODE_CHUNK])
     entity_ids = sorted(node_ids[kind == NODE_ENTITY])
     hyperedge_ids = sorted(node_ids[kind == NODE_HYPEREDGE])
-    node_index = {n: i for i, n in enumerate(chunk_ids + entity_ids + hyperedge_ids)}
-    src = np.repeat(_positions(ids, node_index, "a graph row"), _lengths(neighbours))
-    dst = _positions(neighbours.flatten(), node_index, "a neighbour list")
+    nodes = pa.array(chunk_ids + entity_ids + hyperedge_ids, pa.large_string())
+    src = np.repeat(_positions(ids, nodes, "a graph row"), _lengths(neighbours))
+    dst = _positions(neighbours.flatten(), nodes, "a neighbour list")
     rel_ids, heads, tails = _arrays(version, RELATIONS, ("id", "head", "tail"))
     return HybridGraph.from_arrays({
         "chunk_ids": chunk_ids, "entity_ids": entity_ids, "hyperedge_ids": hyperedge_ids, "edge_src": src,
         "edge_dst": dst, "relation_ids": rel_ids.to_pylist(),
-        "relation_heads": _positions(heads, node_index, "a relation head"),
-        "relation_tails": _positions(tails, node_index, "a relation tail")})
+        "relation_heads": _positions(heads, nodes, "a relation head"),
+        "relation_tails": _positions(tails, nodes, "a relation tail")})
 
 
 def _libc_trim() -> Callable[[int], int] | None:
