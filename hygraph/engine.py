@@ -36,7 +36,7 @@ from hygraph.core.retrieval.view import IndexView, Points
 from hygraph.errors import InputError, VersionNotReady
 from hygraph.model import Chunk
 from hygraph.store.versions import IndexStore, Version
-from hygraph.store.view_loader import load_view
+from hygraph.store.view_loader import load_view, release_freed_memory
 
 # Threads for the searches requests make side by side: four per request (hybrid) for a few requests.
 SEARCH_THREADS = 8
@@ -100,7 +100,9 @@ class QueryEngine:
             if current is None or current <= self.loaded.view.version:
                 return False
             self.loaded = self._load(self.store.open(current))
-            return True
+        # The old version's structures go when the last request holding them ends; what is freed by now goes back.
+        release_freed_memory()
+        return True
 
     def at_least(self, version: int) -> Loaded:
         """The loaded version, moved forward first when a request needs a newer one (read-your-writes:

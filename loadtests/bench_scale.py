@@ -191,7 +191,7 @@ async def hybrid_p50(url: str, questions: list[str], n: int) -> dict[str, Any]:
 
 
 def serve_measure(index_dir: Path, replicas: int, questions: list[str], env: dict[str, str], log: Path,
-                  n_queries: int) -> dict[str, Any]:
+                  n_queries: int, hold_s: float = 0.0) -> dict[str, Any]:
     os.environ.update({**env, "HYGRAPH__SERVE__RETRIEVER__NUM_REPLICAS": str(replicas),
                        "HYGRAPH__UPDATES__ONLINE_LEARNING": "false"})
     server = ServeProcess(index_dir, log, "scale-key", tag=f"{TAG}:{replicas}")
@@ -202,7 +202,10 @@ def serve_measure(index_dir: Path, replicas: int, questions: list[str], env: dic
         warm = asyncio.run(hybrid_p50(server.url, questions, 20 * replicas))
         timed = asyncio.run(hybrid_p50(server.url, questions, n_queries))
         procs = server.replicas("Retriever")
-        mem = sorted((memory(p.pid) for p in procs), key=lambda m: -m["rss_mb"])
+        mem = sorted((memory(p.pid) | {"pid": p.pid} for p in procs), key=lambda m: -m["rss_mb"])
+        if hold_s:
+            say(TAG, f"holding the server {hold_s:.0f} s for a look at the replicas: {[m['pid'] for m in mem]}")
+            time.sleep(hold_s)
         return {"ready_s": ready, "warm_failed": warm["failed"], "hybrid": timed, "replicas": mem}
     finally:
         left = server.stop()
@@ -325,7 +328,10 @@ def chart(res: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--role", choices=["build", "updates"], help=argparse.SUPPRESS)
+    p.add_argument("--role", choices=["build", "updates", "serve"],
+                   help="one step alone: `serve` measures the Retriever replicas of --index-dir (--replicas, --hold)")
+    p.add_argument("--replicas", type=int, default=2, help="--role serve: Retriever replicas")
+    p.add_argument("--hold", type=float, default=0.0, help="--role serve: seconds to keep serving after measuring")
     p.add_argument("--corpus", help=argparse.SUPPRESS)
     p.add_argument("--index-dir", help=argparse.SUPPRESS)
     p.add_argument("--docs", help=argparse.SUPPRESS)
@@ -341,6 +347,14 @@ def main() -> None:
         return
     if args.role == "updates":
         print(json.dumps(role_updates(args.index_dir, args.docs)))
+        return
+    if args.role == "serve":
+        # Run with the environment of the measured embedder (see `environment`) already set.
+        questions = [json.loads(line)["question"] for line in (DEV / "2wiki_dev.questions.jsonl").open()]
+        index_dir = Path(args.index_dir).resolve()
+        got = serve_measure(index_dir, args.replicas, questions, {}, index_dir.parent / f"serve_{args.replicas}.log",
+                            args.queries, args.hold)
+        print(json.dumps(got))
         return
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)

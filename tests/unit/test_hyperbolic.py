@@ -242,3 +242,27 @@ def test_incremental_step_keeps_frozen_rows_in_place() -> None:
     assert 29 not in changed and {0, 1, 2} <= set(changed.tolist())
     # pulled toward the fixed anchor
     assert poincare_distance(out[0], points[29]) < poincare_distance(points[0], points[29])
+
+
+def test_distance_of_numpy_arrays_is_torchs() -> None:
+    """Serving measures in numpy (no torch in a Retriever); training in torch: the same numbers."""
+    rng = np.random.default_rng(4)
+    x = project_to_ball(rng.standard_normal((6, 4)) * 0.3)
+    y = project_to_ball(rng.standard_normal((6, 4)) * 0.3)
+    got = poincare_distance(x, y)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, poincare_distance(torch.from_numpy(x), torch.from_numpy(y)).numpy(), rtol=1e-12)
+    # hand-checked: from the origin, d = 2 artanh |y|; a point to itself is 0 (clamped, not NaN)
+    assert np.allclose(poincare_distance(np.zeros((1, 2)), np.array([[0.6, 0.0]])), 2 * np.arctanh(0.6))
+    assert poincare_distance(x[:1], x[:1])[0] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_serving_imports_no_torch() -> None:
+    """The Retriever's modules and every retrieval mode's code import torch only where training runs."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import hygraph.serve.deployments, hygraph.engine, hygraph.core.retrieval.hyperbolic; "
+            "print([m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -72,6 +72,20 @@ def test_a_version_writes_only_its_changes_and_older_versions_keep_theirs(tmp_pa
     assert store.current_version() == v3
 
 
+def test_live_rows_between_shadowed_ones_are_read_as_slices_in_row_order(tmp_path):
+    """A segment whose rows are shadowed here and there yields its live runs, each a zero-copy slice."""
+    store = IndexStore(tmp_path, create=True)
+    v1 = _commit(store, replace=_docs("a", "b", "c", "d", "e", "f", "g"))
+    v2 = _commit(store, store.open(v1).table(DOCUMENTS), rows=[DocumentRow("c", "new c", "x", ())],
+                 dead=["a", "e", "f"])
+    table = store.open(v2).table(DOCUMENTS)
+    batches = list(table.batches(["id", "title"]))
+    # old segment: a b c d e f g with a, c (replaced), e, f shadowed -> runs [b], [d], [g]; then the new segment
+    assert [b.column(0).to_pylist() for b in batches] == [["b"], ["d"], ["g"], ["c"]]
+    assert table.values("title") == ["title b", "title d", "title g", "new c"]
+    assert table.segments[0].batch.column("id").buffers()[2].address == batches[1].column(0).buffers()[2].address
+
+
 def test_lookups_stay_exact_when_every_key_hashes_alike(tmp_path, monkeypatch):
     monkeypatch.setattr(segment, "key_hash", lambda key: 42)
     monkeypatch.setattr(segment, "hashes", lambda keys: np.full(len(list(keys)), 42, np.int64))
