@@ -157,7 +157,7 @@ class _Question:
     stems: set[str]  # content stems of the whole question
     asked: set[str]  # content stems outside the names: what is asked about them
     plain: frozenset[str]  # its words without accents: what it already names, however spelled
-    noun: set[str]  # stems of the noun a "what/which <noun>" question asks for
+    noun: tuple[str, ...]  # stems of the noun phrase a "what/which <noun>" question asks for
 
     @staticmethod
     def parse(question: str) -> "_Question":
@@ -242,19 +242,19 @@ def _expected_type(question: str) -> str:
     return ""
 
 
-def _asked_noun(question: str) -> set[str]:
-    """Stems of the noun a "what/which <noun>" question asks for ("what mountain range" -> mountain, range):
-    a candidate named with it ("Sangre de Cristo Range") is of the asked kind."""
+def _asked_noun(question: str) -> tuple[str, ...]:
+    """Stems of the noun phrase a "what/which <noun>" question asks for, in order ("what mountain range" ->
+    mountain, range): a candidate whose name ends in one ("Sangre de Cristo Range") is of the asked kind."""
     head = re.sub(r"^(what|which) name of (?:the |an? )?", r"\1 ", _asking(question))  # "the name of the airport"
     m = re.match(r"(?:what|which) ((?:[\w-]+ ){0,2}[\w-]+)", head)
     if m is None:
-        return set()
+        return ()
     nouns: list[str] = []
     for w in m.group(1).split():
         if w in STOPWORDS:
             break
         nouns.append(stem(w))
-    return set(nouns)
+    return tuple(nouns)
 
 
 @dataclass
@@ -332,6 +332,16 @@ def _cue(sentence: str, span: Span, stems: set[str]) -> int:
     return sum(1 for w in before if stem(w) in stems)
 
 
+def _noun_match(name: str, noun: tuple[str, ...]) -> int:
+    """How well a name's head word (its last: "Rocky Mountains", "Sangre de Cristo Range") matches the asked
+    noun phrase: 0 for none, and more for a later word of the phrase, as English puts a phrase's head last
+    ("what mountain range" asks for a range more than for mountains)."""
+    last = words(name)[-1:]
+    if not last or stem(last[0]) not in noun:
+        return 0
+    return 2 * (1 + noun.index(stem(last[0])))
+
+
 def _pick_span(row: _Row, kind: str, q: _Question, exclude: set[str], defines: bool = False) -> str:
     """The span of the expected kind in a sentence, ranked by the question words right before it and by the
     noun the question asks for inside it ("what range" -> "Sangre de Cristo Range"); with `defines` (a
@@ -356,7 +366,7 @@ def _pick_span(row: _Row, kind: str, q: _Question, exclude: set[str], defines: b
         # "Victoria Falls is a waterfall": the sentence's subject, defined as what the question asks for
         after = words(row.text[span.end:span.end + 40])[:4] if defines and span is row.spans[0] else []
         defined = 2 * int(bool(after) and after[0] in _COPULAS and any(stem(w) in q.asked for w in after[1:]))
-        noun = 2 * int(bool(q.noun & {stem(w) for w in words(span.name)}))
+        noun = _noun_match(span.name, q.noun)
         return (-(_cue(row.text, span, q.asked) + prep + defined + noun), span.start)
 
     chosen = min(spans, key=rank)
