@@ -177,8 +177,9 @@ class _Question:
                          _plain_words(question), _asked_noun(question))
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _plain_words(text: str) -> frozenset[str]:
-    """Casefolded words with accents dropped ("Aschenbrödel" -> "aschenbrodel")."""
+    """Casefolded words with accents dropped ("Aschenbrödel" -> "aschenbrodel"); cached, as names recur."""
     decomposed = unicodedata.normalize("NFKD", text)
     return frozenset(words("".join(c for c in decomposed if not unicodedata.combining(c))))
 
@@ -336,10 +337,9 @@ def _noun_match(name: str, noun: tuple[str, ...]) -> int:
     """How well a name's head word (its last: "Rocky Mountains", "Sangre de Cristo Range") matches the asked
     noun phrase: 0 for none, and more for a later word of the phrase, as English puts a phrase's head last
     ("what mountain range" asks for a range more than for mountains)."""
-    last = words(name)[-1:]
-    if not last or stem(last[0]) not in noun:
-        return 0
-    return 2 * (1 + noun.index(stem(last[0])))
+    tail = words(name)[-1:]
+    head = stem(tail[0]) if tail else ""
+    return 2 * (1 + noun.index(head)) if head in noun else 0
 
 
 def _pick_span(row: _Row, kind: str, q: _Question, exclude: set[str], defines: bool = False) -> str:
@@ -403,11 +403,11 @@ def _typed_fallback(rows: list[_Row], kind: str, q: _Question, defines: bool,
                     support: Callable[[_Row], float]) -> tuple[_Row, str] | None:
     """(sentence, span) of the expected kind from the best-supported sentence that has one; None when no
     sentence shares an asked word."""
-    ranked = sorted(((support(row), -i) for i, row in enumerate(rows)), reverse=True)
-    for value, neg_i in ranked:
-        if value <= 0:
+    values = [support(row) for row in rows]
+    for i in sorted(range(len(rows)), key=lambda i: (-values[i], i)):
+        if values[i] <= 0:
             break
-        row = rows[-neg_i]
+        row = rows[i]
         text = _pick_span(row, kind, q, q.ids, defines)
         if text:
             return row, text
