@@ -191,7 +191,8 @@ def question_entities(question: str) -> set[str]:
 
 _WH = re.compile(r"\b(?:what|which|who|whom|whose|when|where|how)\b")
 # A question that opens on its wh-word (after a preposition: "In which country ...") asks with it.
-_OPENS_WITH_WH = re.compile(r"(?:(?:in|of|to|for|from|at|by|on|with|during|besides)\s+)?(?:what|which|who|whom|whose"
+_OPENS_WITH_WH = re.compile(r"(?:(?:in|of|to|for|from|at|by|on|with|during|besides|under|about|after|before|into"
+                            r"|through|against|among|between|upon|within|like)\s+)?(?:what|which|who|whom|whose"
                             r"|when|where|how)\b")
 _PLACE_NOUNS = r"(?:country|city|state|place|town|county|province|region|continent|island|village)"
 _QUANTITY_NOUNS = r"(?:population|number|amount|percentage|percent|proportion|count|total)"
