@@ -197,6 +197,49 @@ def test_a_second_hops_passage_subject_can_be_the_answer():
     assert ans.text == "Victoria Falls" and ans.citations == (1, 2)
 
 
+DODGE_CITY = Document.make("Dodge City Regional Airport is a public use airport in Ford County, Kansas.",
+                           id="t-dodge", title="Dodge City Regional Airport")
+KANSAS = Document.make("Kansas is a U.S. state in the Midwestern United States. Its population was 2,913,123 in "
+                       "2018. Kansas is divided into 4 congressional districts.", id="t-kansas", title="Kansas")
+HUMBOLDT = Document.make("Humboldt Peak is a high mountain summit of the Crestones in the Sangre de Cristo Range, a "
+                         "range of the Rocky Mountains.", id="t-humboldt", title="Humboldt Peak")
+
+
+@pytest.mark.parametrize("question, expected", [
+    # a quantity noun asks for a number, not for a name
+    ("What is the population of the state where Dodge City Regional Airport is located?", "2,913,123"),
+    # the question opens on a statement: its last wh-word asks ("where" describes the bridge)
+    ("The state where Dodge City Regional Airport is located has how many congressional districts?", "4"),
+])
+def test_the_wh_word_that_asks_decides_the_answer_type(question, expected):
+    ans = ExtractiveLLM().answer(question, context(DODGE_CITY, KANSAS))
+    assert ans.text == expected and ans.citations == (1, 2)
+
+
+def test_a_name_headed_by_the_asked_noun_is_the_answer():
+    llm = ExtractiveLLM()
+    # "range" is the head of "mountain range": the Range, not the Mountains nor the Crestones before "mountain"
+    assert llm.answer("Humboldt Peak is part of what mountain range?", context(HUMBOLDT)).text == \
+        "Sangre de Cristo Range"
+    assert llm.answer("Which mountains is Humboldt Peak part of?", context(HUMBOLDT)).text == "Rocky Mountains"
+
+
+def test_a_name_the_question_gives_in_another_spelling_is_no_answer():
+    ballet = Document.make("The ballet Aschenbrödel was written by Johann Strauss II.", id="t-ballet",
+                           title="Strauss's last work")
+    assert ExtractiveLLM().answer("Who wrote the ballet Aschenbrodel?", context(ballet)).text == "Johann Strauss II"
+
+
+def test_a_chain_without_a_typed_span_falls_back_to_the_best_supported_sentence_with_one():
+    blankaart = Document.make("Steven Blankaart was a Dutch physician born in Middelburg.", id="t-blank",
+                              title="Steven Blankaart")
+    mandate = Document.make("In 1946 South Africa refused to surrender its mandate over Namibia.", id="t-namibia",
+                            title="South West Africa")
+    ans = ExtractiveLLM().answer("When did the country where Steven Blankaart was born refuse to surrender "
+                                 "Namibia?", context(blankaart, mandate))
+    assert ans.text == "1946" and ans.citations == (1, 2)
+
+
 def test_answer_insufficient_when_nothing_overlaps():
     llm = ExtractiveLLM()
     ans = llm.answer("What is the boiling point of mercury?", context(TEUTBERGA, RARE_BIRD))

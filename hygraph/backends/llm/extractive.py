@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Sequence, Union
@@ -155,6 +156,8 @@ class _Question:
     ids: set[str]  # all of them
     stems: set[str]  # content stems of the whole question
     asked: set[str]  # content stems outside the names: what is asked about them
+    plain: frozenset[str]  # its words without accents: what it already names, however spelled
+    noun: tuple[str, ...]  # stems of the noun phrase a "what/which <noun>" question asks for
 
     @staticmethod
     def parse(question: str) -> "_Question":
@@ -170,7 +173,15 @@ class _Question:
                 last = span.end
             outside.append(sentence[last:])
         ids = set().union(*entities)
-        return _Question(entities, ids, content_stems(question), content_stems(" ".join(outside)))
+        return _Question(entities, ids, content_stems(question), content_stems(" ".join(outside)),
+                         _plain_words(question), _asked_noun(question))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _plain_words(text: str) -> frozenset[str]:
+    """Casefolded words with accents dropped ("Aschenbrödel" -> "aschenbrodel"); cached, as names recur."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return frozenset(words("".join(c for c in decomposed if not unicodedata.combining(c))))
 
 
 def question_entities(question: str) -> set[str]:
@@ -179,30 +190,49 @@ def question_entities(question: str) -> set[str]:
 
 
 _WH = re.compile(r"\b(?:what|which|who|whom|whose|when|where|how)\b")
+# A question that opens on its wh-word (after a preposition: "In which country ...") asks with it.
+_OPENS_WITH_WH = re.compile(r"(?:(?:in|of|to|for|from|at|by|on|with|during|besides|under|about|after|before|into"
+                            r"|through|against|among|between|upon|within|like)\s+)?(?:what|which|who|whom|whose"
+                            r"|when|where|how)\b")
 _PLACE_NOUNS = r"(?:country|city|state|place|town|county|province|region|continent|island|village)"
+_QUANTITY_NOUNS = r"(?:population|number|amount|percentage|percent|proportion|count|total)"
+_COPULA_THE = re.compile(r"^(what|which) (?:is|was|are|were) the ")
+
+
+def _asking(question: str) -> str:
+    """The casefolded question from the wh-word that asks; "" when there is none.
+
+    That is the opening wh-word, or else the last one: in "The state where X died has how many
+    districts?" the "where" opens a clause that describes a bridge, "how many" asks.
+    """
+    q = question.casefold().strip()
+    found = list(_WH.finditer(q))
+    if not found:
+        return ""
+    wh = found[0] if _OPENS_WITH_WH.match(q) else found[-1]
+    # "what is the name of ...", "what was the place of birth of ...": the noun says what is asked
+    return _COPULA_THE.sub(r"\1 ", q[wh.start():])
 
 
 def _expected_type(question: str) -> str:
     """What a short answer looks like: DATE, NUMBER, PLACE, NAME, or "" (answer with a sentence).
 
-    Read from the question's first wh-word only: a later one opens a clause that describes a
-    bridge ("the waterfall in the country where ..." asks for a name, not a place).
+    Read from the wh-word that asks (see `_asking`): a clause's wh-word describes a bridge ("the
+    waterfall in the country where ..." asks for a name, not a place).
     """
     q = question.casefold()
     if re.search(r",[^,]+\bor\b[^,]+\?*$", q) or re.match(r"(?:is|are|was|were|do|does|did|has|have)\b", q):
         return ""  # comparisons and yes/no questions need reasoning an extract cannot do
-    wh = _WH.search(q)
-    if wh is None:
+    head = _asking(question)
+    if not head:
         return ""
-    # "what is the name of ...", "what was the place of birth of ...": the noun says what is asked
-    head = re.sub(r"^(what|which) (?:is|was|are|were) the ", r"\1 ", q[wh.start():])
     if re.match(r"(?:what|which) (?:name|title)\b", head):
         return "NAME"
     if re.match(r"(?:what|which) (?:place|location|birthplace)\b", head):
         return "PLACE"
     if re.match(r"when\b|(?:what|which) (?:year|date)\b", head):
         return "DATE"
-    if re.match(r"how (?:many|much|old|long)\b", head):
+    if re.match(rf"how (?:many|much|old|long)\b|(?:what|which) {_QUANTITY_NOUNS}\b", head):
         return "NUMBER"
     if re.match(rf"where\b|(?:what|which) {_PLACE_NOUNS}\b", head):
         return "PLACE"
@@ -212,6 +242,21 @@ def _expected_type(question: str) -> str:
                 head):
         return "NAME"  # "which team", "what company": a named thing; "what was ..." asks for more than a name
     return ""
+
+
+def _asked_noun(question: str) -> tuple[str, ...]:
+    """Stems of the noun phrase a "what/which <noun>" question asks for, in order ("what mountain range" ->
+    mountain, range): a candidate whose name ends in one ("Sangre de Cristo Range") is of the asked kind."""
+    head = re.sub(r"^(what|which) name of (?:the |an? )?", r"\1 ", _asking(question))  # "the name of the airport"
+    m = re.match(r"(?:what|which) ((?:[\w-]+ ){0,2}[\w-]+)", head)
+    if m is None:
+        return ()
+    nouns: list[str] = []
+    for w in m.group(1).split():
+        if w in STOPWORDS:
+            break
+        nouns.append(stem(w))
+    return tuple(nouns)
 
 
 @dataclass
@@ -289,17 +334,29 @@ def _cue(sentence: str, span: Span, stems: set[str]) -> int:
     return sum(1 for w in before if stem(w) in stems)
 
 
-def _pick_span(row: _Row, kind: str, q_stems: set[str], exclude: set[str], defines: bool = False) -> str:
-    """The span of the expected kind in a sentence, ranked by the question words right before it; with
-    `defines` (a "what <noun>" question), a sentence subject defined as that noun comes first."""
+def _noun_match(name: str, noun: tuple[str, ...]) -> int:
+    """How well a name's head word (its last: "Rocky Mountains", "Sangre de Cristo Range") matches the asked
+    noun phrase: 0 for none, and more for a later word of the phrase, as English puts a phrase's head last
+    ("what mountain range" asks for a range more than for mountains)."""
+    tail = words(name)[-1:]
+    head = stem(tail[0]) if tail else ""
+    return 2 * (1 + noun.index(head)) if head in noun else 0
+
+
+def _pick_span(row: _Row, kind: str, q: _Question, exclude: set[str], defines: bool = False) -> str:
+    """The span of the expected kind in a sentence, ranked by the question words right before it and by the
+    noun the question asks for inside it ("what range" -> "Sangre de Cristo Range"); with `defines` (a
+    "what <noun>" question), a sentence subject defined as that noun comes first. A span whose every word
+    the question already says (another spelling of a name it gives) is no answer."""
     want = "NAME" if kind == "PLACE" else kind
-    spans = [s for s in row.spans if s.type == want and _entity_id(s.name) not in exclude]
+    spans = [s for s in row.spans if s.type == want and _entity_id(s.name) not in exclude
+             and not (_plain_words(s.name) - STOPWORDS) <= q.plain]
     dash = _DASH.search(row.text)
     # Wikipedia's "(birth date, place – death date, place)": the side of the dash decides.
     if dash and row.text.find("(") < dash.start() and kind in ("PLACE", "DATE"):
-        if "die" in q_stems:
+        if "die" in q.asked:
             spans = [s for s in spans if s.start > dash.start()] or spans
-        elif "born" in q_stems:
+        elif "born" in q.asked:
             spans = [s for s in spans if s.end < dash.start()] or spans
     if not spans:
         return ""
@@ -309,8 +366,9 @@ def _pick_span(row: _Row, kind: str, q_stems: set[str], exclude: set[str], defin
         prep = int(kind == "PLACE" and bool(prev) and prev[0] in _PLACE_PREPS)
         # "Victoria Falls is a waterfall": the sentence's subject, defined as what the question asks for
         after = words(row.text[span.end:span.end + 40])[:4] if defines and span is row.spans[0] else []
-        defined = 2 * int(bool(after) and after[0] in _COPULAS and any(stem(w) in q_stems for w in after[1:]))
-        return (-(_cue(row.text, span, q_stems) + prep + defined), span.start)
+        defined = 2 * int(bool(after) and after[0] in _COPULAS and any(stem(w) in q.asked for w in after[1:]))
+        noun = _noun_match(span.name, q.noun)
+        return (-(_cue(row.text, span, q.asked) + prep + defined + noun), span.start)
 
     chosen = min(spans, key=rank)
     if kind == "PLACE":
@@ -333,13 +391,28 @@ def _hop(rows: list[_Row], first: _Row, bridges: list[Span], remaining: set[str]
         if not linked:
             continue
         overlap = support(row, remaining)
-        typed = bool(kind) and bool(_pick_span(row, kind, q.asked, q.ids | set(cues)))
+        typed = bool(kind) and bool(_pick_span(row, kind, q, q.ids | set(cues)))
         if overlap <= 0 and not typed:
             continue
         score = overlap + 1.0 + max(linked) + 0.5 * typed
         if best is None or score > best[0]:
             best = (score, i)
     return rows[best[1]] if best else None
+
+
+def _typed_fallback(rows: list[_Row], kind: str, q: _Question, defines: bool,
+                    support: Callable[[_Row], float]) -> tuple[_Row, str] | None:
+    """(sentence, span) of the expected kind from the best-supported sentence that has one; None when no
+    sentence shares an asked word."""
+    values = [support(row) for row in rows]
+    for i in sorted(range(len(rows)), key=lambda i: (-values[i], i)):
+        if values[i] <= 0:
+            break
+        row = rows[i]
+        text = _pick_span(row, kind, q, q.ids, defines)
+        if text:
+            return row, text
+    return None
 
 
 _OPTIONS_END = re.compile(r",\s*[^,]+\s+or\s+[^,]+\?\s*$")
@@ -476,9 +549,15 @@ class ExtractiveLLM:
                 exclude.add(answer_row.subject)
             else:
                 exclude |= {_entity_id(s.name) for s in bridges}
-            first_wh = _WH.search(question.casefold())
-            text = _pick_span(answer_row, kind, q.asked, exclude,
-                              defines=kind == "NAME" and first_wh is not None and first_wh.group() in ("what", "which"))
+            defines = kind == "NAME" and _asking(question).startswith(("what", "which"))
+            text = _pick_span(answer_row, kind, q, exclude, defines)
+            if not text:
+                # The chain ended on a sentence without an answer of the asked kind: take one from the
+                # sentence that best supports what is asked among those that have one.
+                fallback = _typed_fallback(rows, kind, q, defines, lambda row: support(row, q.asked))
+                if fallback is not None:
+                    answer_row, text = fallback
+                    cited = sorted({*cited, answer_row.number})
         if not text:
             text = " ".join(answer_row.text.split()[:self.answer_max_tokens])
         return Answer(text, tuple(cited))
