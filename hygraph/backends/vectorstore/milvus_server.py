@@ -55,8 +55,6 @@ from hygraph.backends.vectorstore.managed import ManagedServer, free_ports, list
 from hygraph.errors import StoreError, StoreUnavailable
 from hygraph.processes import pid_alive
 
-import hygraph.backends.vectorstore.milvus  # noqa: E402,F401  (imports pymilvus and quiets its logger)
-
 HOST = "127.0.0.1"
 DEFAULT_ROOT_PASSWORD = "Milvus"  # what a fresh 2.3.5 server accepts for `root` until it is changed
 
@@ -435,6 +433,8 @@ class StandaloneServer(ManagedServer):
 
     def _ensure_password(self, proc: subprocess.Popen, state: dict[str, Any], deadline: float) -> None:
         """`root` answers with the generated password; a fresh server's default one is replaced first."""
+        # Imported here, not at the top: the watchdog, which only stops servers, stays without pymilvus.
+        import hygraph.backends.vectorstore.milvus  # noqa: F401  (imports pymilvus and quiets its logger)
         from pymilvus import MilvusClient
         from pymilvus.exceptions import MilvusException
 
