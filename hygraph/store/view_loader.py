@@ -150,21 +150,14 @@ class Leaves:
         return isinstance(node, str) and self.sid in self.parents.ancestors(node)
 
 
-class LeavesMap(Mapping[str, Leaves]):
+class LeavesMap(_Keyed[Leaves]):
+    """Each summary's layer-0 leaves, by summary id."""
+
     def __init__(self, summaries: Table[Any], parents: Table[Any]) -> None:
-        self.summaries, self.parents = summaries, Parents(parents)
+        self.table, self.parents = summaries, Parents(parents)
 
     def __getitem__(self, sid: str) -> Leaves:
-        return Leaves(self.summaries, self.parents, sid, self.summaries.value(sid, "layer"))
-
-    def __contains__(self, sid: object) -> bool:
-        return sid in self.summaries
-
-    def __len__(self) -> int:
-        return len(self.summaries)
-
-    def __iter__(self) -> Iterator[str]:
-        return self.summaries.ids()
+        return Leaves(self.table, self.parents, sid, self.table.value(sid, "layer"))
 
 
 def _col(version: Version, artifact: Artifact[Any], column: str) -> ColumnMap[Any]:
