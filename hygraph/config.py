@@ -181,9 +181,12 @@ class UpdatesConfig(Section):
     keep_versions: int = Field(3, ge=1)  # snapshot versions kept besides CURRENT...
     gc_grace_s: float = Field(300.0, ge=0)  # ...and any version younger than this
     tau_attach: float = Field(0.65, ge=-1, le=1)  # HyGRAG §3.4 attachment threshold (Leiden)
-    # Served inserts are retrievable a version before their summaries, which follow when the journal is
-    # idle or, under a steady stream, with the first batch after this many seconds; 0: never deferred.
+    # Served inserts are retrievable a version before their summaries, which follow in slices when the
+    # journal is idle or, once pending this many seconds, a slice before each batch; 0: never deferred.
     defer_summaries_s: float = Field(30.0, ge=0)
+    # A slice of deferred summaries takes at most this many pending layer-0 nodes (about half a document's
+    # chunk and entities), so a job that arrives meanwhile waits for one slice, not for the backlog.
+    summary_slice_nodes: int = Field(8, ge=1)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
     # Compaction (when the journal is idle): an artifact's delta segments are merged into one past this
     # many, and everything into one segment once its oldest (merged) delta outweighs this share of the base.

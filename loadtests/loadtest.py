@@ -62,7 +62,7 @@ async def write_stream(http: httpx.AsyncClient, rec: Recorder, docs: list[dict[s
         writes.append(w := Write(doc["id"], "insert", round(rec.now(), 3)))
         tasks.append(asyncio.create_task(track_write(http, rec, w, doc, timeout_s)))
         if n % delete_every == 0 and (victim := next(
-                (x for x in writes if x.op == "insert" and x.outcome == "ok" and x.doc_id not in deleted), None)):
+                (x for x in writes if x.op == "insert" and x.visible_s is not None and x.doc_id not in deleted), None)):
             deleted.add(victim.doc_id)
             writes.append(d := Write(victim.doc_id, "delete", round(rec.now(), 3)))
             tasks.append(asyncio.create_task(track_write(http, rec, d, by_id[victim.doc_id], timeout_s)))

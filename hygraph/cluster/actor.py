@@ -50,10 +50,11 @@ class OnlineUpdater:
                                               boundaries=[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5])
         self.lag = metrics.Histogram("hygraph_ingest_lag_seconds", "Seconds from a write's 202 to the "
                                      "version that applies it.", boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
-        self.summary_lag = metrics.Histogram("hygraph_summary_lag_seconds", "Seconds from an insert's version to "
-                                             "the version with its summaries (updates.defer_summaries_s).",
+        self.summary_lag = metrics.Histogram("hygraph_summary_lag_seconds", "Seconds the oldest pending summaries had "
+                                             "waited when a slice of them was published (updates.defer_summaries_s).",
                                              boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
         self.version = metrics.Gauge("hygraph_updater_version", "Last index version the updater published.")
+        self._sliced = False  # the last round ran an overdue summary slice ahead of the journal
         self._stop = threading.Event()
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="hygraph-updater", daemon=True).start()
@@ -87,14 +88,20 @@ class OnlineUpdater:
             self.last_error = bounded_error(f"{type(exc).__name__}: {exc}")
 
     def _work(self) -> bool:
-        """One round, journal first: a document batch, else deferred summaries, else a finished or due
-        recalibration, else L_inc steps, else a due compaction. True when something was done (the loop
-        goes on without waiting)."""
+        """One round, journal first: a document batch, else a slice of the deferred summaries (before the
+        batch when they are overdue), else a finished or due recalibration, else L_inc steps, else a due
+        compaction. True when something was done (the loop goes on without waiting)."""
         if self.updater is None:
             if IndexStore(self.index_dir).current_version() is None:
                 return False
             self.updater = IndexUpdater(self.cfg, self.index_dir)
-        result = self.updater.step(defer_summaries=self.cfg.updates.defer_summaries_s > 0)
+        defer = self.cfg.updates.defer_summaries_s > 0
+        # Overdue summaries and batches take turns: one slice, then the journal's next batch.
+        if defer and not self._sliced and self.updater.summaries_overdue() and self._summarize():
+            self._sliced = True
+            return True
+        self._sliced = False
+        result = self.updater.step(defer_summaries=defer)
         if result is not None:
             self.last_result, self.last_error = result, None
             self.steps.inc(tags={"kind": "applied"})
@@ -102,12 +109,7 @@ class OnlineUpdater:
             for lag in result["lag_s"]:
                 self.lag.observe(lag)
             return True
-        summarized = self.updater.summarize_pending()
-        if summarized is not None:
-            self.last_result = summarized
-            self.steps.inc(tags={"kind": "summarized"})
-            self.version.set(summarized["version"])
-            self.summary_lag.observe(summarized["pending_s"])
+        if self._summarize():
             return True
         recalibrated = self.updater.recalibrate_step()
         if recalibrated is not None:
@@ -128,6 +130,16 @@ class OnlineUpdater:
             self.version.set(compacted["version"])
             return True
         return False
+
+    def _summarize(self) -> bool:
+        summarized = self.updater.summarize_pending(self.cfg.updates.summary_slice_nodes)
+        if summarized is None:
+            return False
+        self.last_result = summarized
+        self.steps.inc(tags={"kind": "summarized"})
+        self.version.set(summarized["version"])
+        self.summary_lag.observe(summarized["pending_s"])
+        return True
 
     def observe(self, subgraph: dict[str, Any], query_vec: Any) -> None:
         """Fire and forget from the Retriever: one `hyperbolic` query's implicit subgraph."""

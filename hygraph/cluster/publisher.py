@@ -173,9 +173,9 @@ class IndexUpdater:
     def step(self, defer_summaries: bool = False) -> dict[str, Any] | None:
         """Apply up to `updates.max_batch_jobs` pending jobs as one version; None when nothing is pending.
 
-        `defer_summaries` (the serving updater): an insert-only batch is published without its
-        hierarchy step, which `summarize_pending` runs once the journal is idle, or which the
-        first batch after `updates.defer_summaries_s` runs with its own.
+        `defer_summaries` (the serving updater): the batch's new nodes are published without their
+        hierarchy step, which `summarize_pending` runs later, slice by slice (what a batch removes
+        leaves the summaries in its own version).
 
         One bad job never blocks the journal: a batch that fails is split in halves and each half
         retried, down to the job that fails alone, which is marked failed (once, with a bounded
@@ -186,9 +186,6 @@ class IndexUpdater:
         jobs = self.pending()[:self.cfg.updates.max_batch_jobs]
         if not jobs:
             return None
-        if defer_summaries:
-            pending = self.store.manifest().summaries_pending
-            defer_summaries = pending is None or time.time() - pending.since < self.cfg.updates.defer_summaries_s
         self.journal.set_running([j.job_id for j in jobs])
         try:
             result = self._apply(jobs, defer_summaries)
@@ -244,14 +241,21 @@ class IndexUpdater:
         self.journal.mark_failed(job.job_id, error)
         self._attempts.pop(job.job_id, None)
 
-    def summarize_pending(self) -> dict[str, Any] | None:
-        """Publish the hierarchy step deferred by earlier batches; None when nothing waits for it."""
+    def summaries_overdue(self) -> bool:
+        """Whether summaries have been pending for `updates.defer_summaries_s`: the serving updater then runs
+        a slice of them before each batch, so a steady stream of writes cannot starve them."""
+        pending = self.store.manifest().summaries_pending
+        return pending is not None and time.time() - pending.since >= self.cfg.updates.defer_summaries_s
+
+    def summarize_pending(self, max_nodes: int | None = None) -> dict[str, Any] | None:
+        """Publish the hierarchy step deferred by earlier batches, for at most `max_nodes` pending nodes;
+        None when nothing waits for it."""
         pending = self.store.manifest().summaries_pending
         if pending is None:
             return None
         try:
             live = self.load()
-            applied = self.applier.summarize_pending(live)
+            applied = self.applier.summarize_pending(live, max_nodes)
             if applied is None:
                 return None
             update = {**applied.stats, "summarized_after_offset": pending.after_offset}

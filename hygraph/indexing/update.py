@@ -8,6 +8,7 @@ changed (the next version's delta segments) and the vector rows to upsert and re
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
@@ -37,6 +38,17 @@ class Batch:
     remove: set[str] = field(default_factory=set)
     end_offset: int = 0
     job_ids: list[str] = field(default_factory=list)
+
+
+def slice_pending(n_chunks: int, n_entities: int, max_nodes: int | None) -> tuple[int, int]:
+    """How many of the pending chunks and entities (each list in arrival order) one summary pass takes: the
+    same share of both, so a slice covers whole documents' chunks with their entities where it can."""
+    total = n_chunks + n_entities
+    if max_nodes is None or total <= max_nodes:
+        return n_chunks, n_entities
+    share = max_nodes / total
+    take_chunks = min(n_chunks, math.ceil(n_chunks * share))
+    return take_chunks, max(0, min(n_entities, max_nodes - take_chunks))
 
 
 def fold_jobs(jobs: Sequence[Job], present: Mapping[str, str]) -> Batch:
@@ -123,8 +135,8 @@ class Applier:
               all_points: Callable[[], tuple[list[str], np.ndarray]], defer_summaries: bool = False) -> Applied:
         """`defer_summaries`: a batch that only adds leaves its hierarchy step to `summarize_pending` (the
         documents are served at once, their summaries a version later); the pending nodes are kept in
-        the manifest, so they survive a restart. A batch that removes anything always runs it,
-        pending nodes included, so no summary keeps quoting deleted text."""
+        the manifest, so they survive a restart. What a batch removes or changes is always taken out of
+        the summaries in its own version, so no summary keeps quoting deleted text."""
         t0 = time.perf_counter()
         before = self._calls()
         state = IndexState(live.version)
@@ -171,40 +183,54 @@ class Applier:
                  **self._touched(state, delta, rebuilt, before, t0)}
         return Applied(state, delta, stats)
 
-    def summarize_pending(self, live: LiveIndex) -> Applied | None:
-        """The hierarchy step that `apply(defer_summaries=True)` left for later, for every batch since."""
+    def summarize_pending(self, live: LiveIndex, max_nodes: int | None = None) -> Applied | None:
+        """The hierarchy step that `apply(defer_summaries=True)` left for later: for at most `max_nodes` of
+        the pending layer-0 nodes, oldest first (the rest stay pending), so a job that arrives meanwhile
+        waits for one slice, not for every summary a stream of inserts left behind."""
         t0 = time.perf_counter()
         before = self._calls()
         state = IndexState(live.version)
         pending = state.manifest.summaries_pending
         if pending is None:
             return None
-        state.manifest.summaries_pending = None
-        delta = vectors.VectorDelta()
         chunks = [c for c in pending.chunks if state.contains(CHUNKS, c)]
         entities = [e for e in pending.entities if state.contains(ENTITIES, e)]
+        take_chunks, take_entities = slice_pending(len(chunks), len(entities), max_nodes)
+        rest = PendingSummaries(chunks[take_chunks:], entities[take_entities:], pending.since, pending.after_offset)
+        state.manifest.summaries_pending = rest if rest.chunks or rest.entities else None
+        delta = vectors.VectorDelta()
         rebuilt = 0
         if state.manifest.hierarchy is not None:
-            rebuilt = hierarchy.update(state, self.cfg, live.layers, self.llm, self._encode, chunks, entities, set(),
-                                       delta, self.device)
+            rebuilt = hierarchy.update(state, self.cfg, live.layers, self.llm, self._encode, chunks[:take_chunks],
+                                       entities[:take_entities], set(), delta, self.device)
         self._counts(state)
-        return Applied(state, delta, {"summarized_nodes": len(pending.chunks) + len(pending.entities),
+        return Applied(state, delta, {"summarized_nodes": take_chunks + take_entities,
+                                      "summaries_still_pending": len(rest.chunks) + len(rest.entities),
                                       **self._touched(state, delta, rebuilt, before, t0)})
 
     def _hierarchy(self, state: IndexState, live: LiveIndex, new_chunks: list[str], kc: knowledge.KnowledgeChange,
                    removed_chunks: list[str], defer: bool, delta: vectors.VectorDelta) -> int:
+        """Deferred: new nodes join the pending ones, and only what left (removed and changed nodes, whose old
+        text summaries quote) is summarized now. Not deferred: everything, pending nodes included."""
         if state.manifest.hierarchy is None:
             return 0
         m = state.manifest
         pending = m.summaries_pending or PendingSummaries([], [], time.time(), m.journal_offset)
         m.summaries_pending = None
+        removed = set(removed_chunks) | kc.removed_entities | set(kc.stale_entities)
         # Pending nodes a later batch deleted are gone; a replaced one is placed once, with its new text.
         chunks = [c for c in dict.fromkeys(pending.chunks + new_chunks) if state.contains(CHUNKS, c)]
         entities = [e for e in dict.fromkeys(pending.entities + kc.new_entities) if state.contains(ENTITIES, e)]
-        if defer and not removed_chunks and not kc.stale_entities and not kc.removed_entities:
-            m.summaries_pending = replace(pending, chunks=chunks, entities=entities)
-            return 0
-        removed = set(removed_chunks) | kc.removed_entities | set(kc.stale_entities)
+        if defer:
+            # A changed entity is placed again now, with the removals, so it is no longer pending.
+            stale = set(kc.stale_entities)
+            entities = [e for e in entities if e not in stale]
+            if chunks or entities:
+                m.summaries_pending = replace(pending, chunks=chunks, entities=entities)
+            if not removed:
+                return 0
+            return hierarchy.update(state, self.cfg, live.layers, self.llm, self._encode, [], list(kc.stale_entities),
+                                    removed, delta, self.device)
         entities += [e for e in kc.stale_entities if e not in set(entities)]
         return hierarchy.update(state, self.cfg, live.layers, self.llm, self._encode, chunks, entities, removed,
                                 delta, self.device)

@@ -196,6 +196,31 @@ def test_writes_are_visible_to_another_process_after_persist(store, index_dir):
     store.drop(name)
 
 
+def test_reopening_a_loaded_collection_costs_one_state_query_and_a_released_one_is_loaded_again(store):
+    """A Retriever opens its collections at every version swap: a collection it loaded is not loaded (and
+    waited for) again while the server holds it; one the server released (a restart) is."""
+    name = "reopen_chunks"
+    rng = np.random.default_rng(4)
+    vecs = _unit(rng, 3)
+    store.create(name, 8, "IP")
+    store.upsert(name, ["a", "b", "c"], vecs, version=1)
+    store.seal(name)
+    calls: list[str] = []
+    real_load = store.client.load_collection
+    store.client.load_collection = lambda *a, **k: (calls.append("load"), real_load(*a, **k))[1]
+    try:
+        store.open(name)
+        assert calls == []
+        store.client.release_collection(name)
+        store.open(name)
+        assert calls == ["load"]
+    finally:
+        del store.client.load_collection
+    [hits] = store.search(name, vecs[1:2], 1)
+    assert hits[0].id == "b"
+    store.drop(name)
+
+
 def _outside_addresses() -> list[str]:
     """This machine's addresses other than loopback (link-local IPv6 left out: it needs a scope)."""
     return [a.address for addrs in psutil.net_if_addrs().values() for a in addrs

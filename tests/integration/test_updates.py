@@ -232,7 +232,8 @@ def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collect
 def test_served_inserts_are_retrievable_before_their_summaries_and_deletes_never_wait(built_index):
     """The serving updater's deferred hierarchy step: an insert-only batch is published without new
     summaries (and the document is retrievable at once), later batches accumulate, one version then
-    summarizes them all; a delete runs the hierarchy at once, pending inserts included."""
+    summarizes them, in slices when asked; a delete takes what it removes out of the summaries at once and
+    leaves pending inserts pending."""
     index_dir, _ = built_index
     cfg = load_config(None)
     docs = _new_docs(index_dir, 4, skip=20)
@@ -258,8 +259,14 @@ def test_served_inserts_are_retrievable_before_their_summaries_and_deletes_never
         hit = QueryPipeline(engine).run(QueryRequest.make(cfg.retrieval, docs[1]["title"], "dense")).to_json()
         assert hit["passages"][0]["id"] == docs[1]["id"]  # served before its summaries exist
 
-        out = updater.summarize_pending()
+        total = len(pending.chunks) + len(pending.entities)
+        out = updater.summarize_pending(max_nodes=total - 1)  # a slice: one node stays pending
         assert out["version"] == start + 3 and out["summaries_rebuilt"] == out["llm_calls"]["summarize"] > 0
+        assert out["summarized_nodes"] == total - 1 and out["summaries_still_pending"] == 1
+        manifest = store.manifest()
+        assert manifest.summaries_pending.since == pending.since and all(summaries_pending(manifest, j) for j in jobs)
+        out = updater.summarize_pending(max_nodes=total - 1)
+        assert out["version"] == start + 4 and out["summarized_nodes"] == 1 and out["summaries_still_pending"] == 0
         manifest = store.manifest()
         assert manifest.summaries_pending is None and not any(summaries_pending(manifest, j) for j in jobs)
         assert new_chunks <= leaves(index_dir)
@@ -272,10 +279,20 @@ def test_served_inserts_are_retrievable_before_their_summaries_and_deletes_never
         deleted, kept = chunks_of(index_dir, docs[2]["id"]), chunks_of(index_dir, docs[3]["id"])
         journal.append("delete", {"ids": [docs[2]["id"]]})
         out = updater.step(defer_summaries=True)
-        assert out["documents_removed"] == 1 and out["summaries_rebuilt"] > 0
-        assert store.manifest().summaries_pending is None
+        assert out["documents_removed"] == 1
+        waiting = store.manifest().summaries_pending
+        assert set(waiting.chunks) == kept  # the pending insert beside it stays pending
+        assert not deleted & leaves(index_dir)
+        # A delete of a document the summaries cover takes it out in the delete's own version.
+        covered = chunks_of(index_dir, docs[0]["id"])
+        assert covered <= leaves(index_dir)
+        journal.append("delete", {"ids": [docs[0]["id"]]})
+        out = updater.step(defer_summaries=True)
+        assert out["summaries_rebuilt"] > 0 and not covered & leaves(index_dir)
+        assert set(store.manifest().summaries_pending.chunks) == kept
+        updater.summarize_pending()
         under = leaves(index_dir)
-        assert kept <= under and not deleted & under
+        assert kept <= under and not deleted & under and store.manifest().summaries_pending is None
     finally:
         engine.close()
         updater.close()

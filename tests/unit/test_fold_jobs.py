@@ -1,4 +1,6 @@
-from hygraph.indexing.update import fold_jobs
+import pytest
+
+from hygraph.indexing.update import fold_jobs, slice_pending
 from hygraph.store.journal import Job
 
 
@@ -20,3 +22,18 @@ def test_fold_jobs_replays_in_order():
     assert set(batch.add) == {"b", "a"} and batch.add["b"].text == "new b"
     assert batch.remove == {"a", "b"}
     assert batch.end_offset == 70 and batch.job_ids == [f"j{i}" for i in range(1, 8)]
+
+
+@pytest.mark.parametrize("chunks,entities,limit,want", [
+    (2, 14, None, (2, 14)),   # no limit: everything
+    (2, 14, 16, (2, 14)),     # fits
+    (4, 28, 16, (2, 14)),     # half of each: about the first two documents' chunks with their entities
+    (3, 0, 2, (2, 0)),
+    (0, 5, 2, (0, 2)),
+    (1, 30, 1, (1, 0)),       # the slice never exceeds the limit
+    (10, 10, 3, (2, 1)),
+])
+def test_a_summary_slice_takes_the_same_share_of_pending_chunks_and_entities(chunks, entities, limit, want):
+    got = slice_pending(chunks, entities, limit)
+    assert got == want
+    assert sum(got) == min(chunks + entities, limit or chunks + entities)

@@ -101,6 +101,7 @@ class MilvusStore:
             token = os.environ.get(cfg.token_env, "")
         self._metrics: dict[str, str] = {}
         self._id_limits: dict[str, int] = {}  # item_id's max_length per collection, once created or opened
+        self._opened: set[str] = set()  # collections this client has loaded
         self._version: str | None = None
         self.missing_hint = ""  # appended where a collection is missing (set by `connect`)
         try:
@@ -221,6 +222,12 @@ class MilvusStore:
         self.open(name)
 
     def open(self, name: str) -> None:
+        """Load `name` for search; a collection this client loaded before costs one state query while the
+        server still holds it loaded (every version swap of a Retriever opens its collections again, and
+        a full load with its catch-up read takes ~0.4 s each, so a swap took seconds; a restarted server
+        has released it, and it is loaded again)."""
+        if name in self._opened and self._loaded(name):
+            return
         if not self.exists(name):
             raise StoreError(f"vector collection {name} is missing from Milvus at {self.uri}{self.missing_hint}")
         info = self._call("describe_collection", self.client.describe_collection, name)
@@ -231,6 +238,12 @@ class MilvusStore:
         self._id_limits[name] = int(fields["item_id"].get("params", {}).get("max_length", ID_MAX_BYTES))
         self._call("load_collection", self.client.load_collection, name)
         self.persist(name)  # a fresh load may still be replaying the log: wait until it caught up
+        self._opened.add(name)
+
+    def _loaded(self, name: str) -> bool:
+        from pymilvus.client.types import LoadState
+
+        return self._call("get_load_state", self.client.get_load_state, name).get("state") == LoadState.Loaded
 
     def _describe_metric(self, name: str) -> str:
         for idx in self._call("list_indexes", self.client.list_indexes, name) or []:
@@ -273,6 +286,7 @@ class MilvusStore:
         return np.asarray([found[i] for i in ids], dtype=np.float32)
 
     def drop(self, name: str) -> None:
+        self._opened.discard(name)
         self._metrics.pop(name, None)
         self._id_limits.pop(name, None)
         if self.exists(name):
