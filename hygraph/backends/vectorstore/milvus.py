@@ -189,8 +189,9 @@ class MilvusStore:
 
     def persist(self, *names: str) -> None:
         """Milvus acknowledges a write once it is durable; a strongly consistent read then waits until
-        every write so far is visible, so every process's searches and gets see them. That wait is about
-        one time tick (200 ms), so the collections are waited for side by side, not one after another."""
+        every write so far is visible, so every process's searches and gets see them. That wait is one or
+        two time ticks (the managed server ticks every 50 ms, Milvus's default is 200 ms), so the
+        collections are waited for side by side, not one after another."""
         if len(names) <= 1:
             for name in names:
                 self._strong_read(name)
