@@ -182,7 +182,8 @@ class UpdatesConfig(Section):
     gc_grace_s: float = Field(300.0, ge=0)  # ...and any version younger than this
     tau_attach: float = Field(0.65, ge=-1, le=1)  # HyGRAG §3.4 attachment threshold (Leiden)
     # Served inserts are retrievable a version before their summaries, which follow in slices when the
-    # journal is idle or, once pending this many seconds, a slice before each batch; 0: never deferred.
+    # journal is idle or, once pending this many seconds, a slice before each batch (each such period
+    # doubles the slice); 0: never deferred.
     defer_summaries_s: float = Field(30.0, ge=0)
     # A slice of deferred summaries takes at most this many pending layer-0 nodes (about half a document's
     # chunk and entities), so a job that arrives meanwhile waits for one slice, not for the backlog.

@@ -18,6 +18,7 @@ from hygraph.cluster.names import updater_name
 from hygraph.cluster.publisher import IndexUpdater
 from hygraph.config import HygraphConfig
 from hygraph.errors import IndexNotReady, StoreUnavailable
+from hygraph.indexing.update import summary_slice
 from hygraph.store.journal import bounded_error
 from hygraph.store.versions import IndexStore
 
@@ -54,7 +55,7 @@ class OnlineUpdater:
                                              "waited when a slice of them was published (updates.defer_summaries_s).",
                                              boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
         self.version = metrics.Gauge("hygraph_updater_version", "Last index version the updater published.")
-        self._sliced = False  # the last round ran an overdue summary slice ahead of the journal
+        self._sliced = False  # the last round ran an overdue slice of summaries ahead of the journal
         self._stop = threading.Event()
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="hygraph-updater", daemon=True).start()
@@ -89,14 +90,14 @@ class OnlineUpdater:
 
     def _work(self) -> bool:
         """One round, journal first: a document batch, else a slice of the deferred summaries (before the
-        batch when they are overdue), else a finished or due recalibration, else L_inc steps, else a due
+        batch once they are overdue), else a finished or due recalibration, else L_inc steps, else a due
         compaction. True when something was done (the loop goes on without waiting)."""
         if self.updater is None:
             if IndexStore(self.index_dir).current_version() is None:
                 return False
             self.updater = IndexUpdater(self.cfg, self.index_dir)
         defer = self.cfg.updates.defer_summaries_s > 0
-        # Overdue summaries and batches take turns: one slice, then the journal's next batch.
+        # Overdue summaries and batches take turns: a slice, then the journal's next batch.
         if defer and not self._sliced and self.updater.summaries_overdue() and self._summarize():
             self._sliced = True
             return True
@@ -132,7 +133,13 @@ class OnlineUpdater:
         return False
 
     def _summarize(self) -> bool:
-        summarized = self.updater.summarize_pending(self.cfg.updates.summary_slice_nodes)
+        """A slice of the deferred summaries (`indexing.update.summary_slice`): small while they are fresh, so a
+        write waits little; larger as they age, so a backlog ends."""
+        age = self.updater.summaries_age()
+        if age is None:
+            return False
+        u = self.cfg.updates
+        summarized = self.updater.summarize_pending(summary_slice(age, u.defer_summaries_s, u.summary_slice_nodes))
         if summarized is None:
             return False
         self.last_result = summarized

@@ -241,11 +241,16 @@ class IndexUpdater:
         self.journal.mark_failed(job.job_id, error)
         self._attempts.pop(job.job_id, None)
 
+    def summaries_age(self) -> float | None:
+        """Seconds the oldest pending summaries have waited; None when none are pending."""
+        pending = self.store.manifest().summaries_pending
+        return None if pending is None else time.time() - pending.since
+
     def summaries_overdue(self) -> bool:
         """Whether summaries have been pending for `updates.defer_summaries_s`: the serving updater then runs
         a slice of them before each batch, so a steady stream of writes cannot starve them."""
-        pending = self.store.manifest().summaries_pending
-        return pending is not None and time.time() - pending.since >= self.cfg.updates.defer_summaries_s
+        age = self.summaries_age()
+        return age is not None and age >= self.cfg.updates.defer_summaries_s
 
     def summarize_pending(self, max_nodes: int | None = None) -> dict[str, Any] | None:
         """Publish the hierarchy step deferred by earlier batches, for at most `max_nodes` pending nodes;

@@ -40,6 +40,14 @@ class Batch:
     job_ids: list[str] = field(default_factory=list)
 
 
+def summary_slice(age_s: float, period_s: float, base: int) -> int:
+    """Pending nodes one summary slice takes: `base`, doubled for each `period_s` the oldest has waited (a slice
+    repeats its upper layers' summaries, so larger slices cost less per node and a backlog the updater could
+    not clear in small ones still ends)."""
+    doublings = min(16, int(age_s // period_s)) if period_s > 0 else 16
+    return base << doublings
+
+
 def slice_pending(n_chunks: int, n_entities: int, max_nodes: int | None) -> tuple[int, int]:
     """How many of the pending chunks and entities (each list in arrival order) one summary pass takes: the
     same share of both, so a slice covers whole documents' chunks with their entities where it can."""

@@ -1,6 +1,6 @@
 import pytest
 
-from hygraph.indexing.update import fold_jobs, slice_pending
+from hygraph.indexing.update import fold_jobs, slice_pending, summary_slice
 from hygraph.store.journal import Job
 
 
@@ -37,3 +37,9 @@ def test_a_summary_slice_takes_the_same_share_of_pending_chunks_and_entities(chu
     got = slice_pending(chunks, entities, limit)
     assert got == want
     assert sum(got) == min(chunks + entities, limit or chunks + entities)
+
+
+@pytest.mark.parametrize("age,period,want", [(0.0, 30.0, 8), (29.9, 30.0, 8), (30.0, 30.0, 16), (95.0, 30.0, 64),
+                                             (1e9, 30.0, 8 << 16), (5.0, 0.0, 8 << 16)])
+def test_a_summary_slice_doubles_for_each_period_the_backlog_waited(age, period, want):
+    assert summary_slice(age, period, 8) == want
