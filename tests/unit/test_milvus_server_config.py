@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("yaml")
 from hygraph.backends.vectorstore import managed  # noqa: E402
 from hygraph.backends.vectorstore import milvus_server as ms  # noqa: E402
+from hygraph.errors import StoreUnavailable  # noqa: E402
 
 if ms.importlib.util.find_spec("milvus") is None:
     pytest.skip("the milvus package is not installed", allow_module_level=True)
@@ -130,3 +131,27 @@ def test_isolation_netns_does_not_attach_to_a_server_running_without_it(tmp_path
     strict = ms.StandaloneServer(tmp_path, isolation="netns")
     strict._adopt({**running, "isolation": "netns"})
     assert strict.pid == 4242
+
+
+@pytest.mark.parametrize("failures,error,starts,raised", [
+    (1, "exited while starting (status 1; see log)", 2, False),  # a crash during start: started again
+    (3, "exited while starting (status 1; see log)", 3, True),   # three crashes: given up
+    (1, "did not answer within 60 s (see log)", 1, True),        # too slow: not started again
+])
+def test_a_server_that_exits_while_starting_is_started_again(tmp_path, monkeypatch, failures, error, starts,
+                                                             raised):
+    calls: list[int] = []
+
+    def spawn(self, previous):  # noqa: ANN001 - ManagedServer._spawn's signature
+        calls.append(1)
+        if len(calls) <= failures:
+            raise StoreUnavailable(f"the Milvus server {error}")
+
+    monkeypatch.setattr(ms.ManagedServer, "_spawn", spawn)
+    server = ms.StandaloneServer(tmp_path)
+    if raised:
+        with pytest.raises(StoreUnavailable):
+            server._spawn(None)
+    else:
+        server._spawn(None)
+    assert len(calls) == starts

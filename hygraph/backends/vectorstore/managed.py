@@ -33,6 +33,7 @@ from hygraph.errors import StoreError, StoreUnavailable
 from hygraph.processes import pid_alive
 
 STOP_GRACE_S = 10.0
+EXITED_WHILE_STARTING = "exited while starting"  # the StoreUnavailable of a server that died before it answered
 
 # pymilvus pings every 10 s even with no call in flight; Milvus Lite keeps gRPC's default policy
 # (at most one ping per 5 minutes without data) and answers a client that sat idle through a long
@@ -227,8 +228,8 @@ class ManagedServer:
 
     def _check_alive(self, proc: subprocess.Popen, deadline: float) -> None:
         if proc.poll() is not None:
-            raise StoreUnavailable(f"the {self.title} server exited with status {proc.returncode} while "
-                                   f"starting (see {self.log_path})")
+            raise StoreUnavailable(f"the {self.title} server {EXITED_WHILE_STARTING} (status {proc.returncode}; see "
+                                   f"{self.log_path})")
         if time.monotonic() > deadline:
             raise StoreUnavailable(f"the {self.title} server did not answer within {self.start_timeout_s:g} s "
                                    f"(see {self.log_path})")

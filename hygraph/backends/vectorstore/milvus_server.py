@@ -51,7 +51,7 @@ from typing import Any
 import yaml
 
 from hygraph.backends.vectorstore import netns
-from hygraph.backends.vectorstore.managed import ManagedServer, free_ports, listening, locked
+from hygraph.backends.vectorstore.managed import EXITED_WHILE_STARTING, ManagedServer, free_ports, listening, locked
 from hygraph.errors import StoreError, StoreUnavailable
 from hygraph.processes import pid_alive
 
@@ -244,14 +244,19 @@ class StandaloneServer(ManagedServer):
 
     # ---- launch ----------------------------------------------------------------------------------
     def _spawn(self, previous: dict[str, Any] | None) -> None:
-        # A port chosen free can be taken before the server binds it: try again with new ones.
+        """Up to three starts: a port chosen free can be taken before the server binds it, and 2.3.5 can exit
+        during its start on a loaded node (its embedded etcd's "leader changed"); each try takes new ports.
+        A server that did not answer in time is not started again (that would only double the wait)."""
         for attempt in range(3):
             offset = self.log_path.stat().st_size if self.log_path.exists() else 0
             try:
                 return super()._spawn(previous)
-            except StoreUnavailable:
-                if attempt == 2 or "address already in use" not in self._log_since(offset):
+            except StoreUnavailable as exc:
+                exited = EXITED_WHILE_STARTING in str(exc) or "address already in use" in self._log_since(offset)
+                if attempt == 2 or not exited:
                     raise
+                log.warning("the Milvus server exited while starting (try %d of 3); starting it again (see %s)",
+                            attempt + 1, self.log_path)
 
     def _log_since(self, offset: int) -> str:
         try:
