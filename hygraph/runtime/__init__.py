@@ -6,14 +6,20 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 from hygraph.config import RayConfig
 from hygraph.runtime.loopback import LOOPBACK_ENV, SETUP_HOOK, is_loopback, request_loopback
 from hygraph.errors import HygraphError, InputError
 
-# A local Ray start waits for its GCS; on a saturated machine that wait can time out once.
-START_ATTEMPTS = 2
+log = logging.getLogger("hygraph.runtime")
+
+# A local Ray start waits for its GCS and raylet; on a saturated machine, or right after another local
+# Ray stopped, that wait can time out (seen in `make test`: two starts 30 s apart both timed out), so
+# it is tried three times with a pause between.
+START_ATTEMPTS = 3
+START_PAUSE_S = 5.0
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -77,3 +83,5 @@ def _start_local(ray: Any, cfg: RayConfig, kwargs: dict[str, Any]) -> None:
             ray.shutdown()
             if attempt == START_ATTEMPTS or "time" not in str(exc).lower():
                 raise HygraphError(f"could not start a local Ray: {str(exc).splitlines()[0]}") from None
+            log.warning("a local Ray did not start in time (try %d of %d); trying again", attempt, START_ATTEMPTS)
+            time.sleep(START_PAUSE_S)
