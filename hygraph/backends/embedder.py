@@ -12,6 +12,7 @@ of private memory per process, measured in loadtests/mem_breakdown.py).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -24,7 +25,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from hygraph.backends import resolve_device
+from hygraph.backends import resolve_device, resolve_precision
 from hygraph.config import EmbedderConfig
 from hygraph.errors import ConfigError
 
@@ -35,6 +36,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 class Embedder(Protocol):
     dim: int
     max_seq_length: int
+    precision: str  # the arithmetic its vectors come from: "float32" or "bfloat16"
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalized float32 rows, one per text."""
@@ -62,6 +64,7 @@ class SentenceTransformerEmbedder:
             # spin-wait against the other stages: measured 6.5x slower on a busy 2-core node.
             torch.set_num_threads(max(1, math.floor(threads)))
         self.device = resolve_device(cfg.device)
+        self.precision = resolve_precision(cfg.precision, self.device)
         self.model = SentenceTransformer(str(model_path(cfg)), device=self.device)
         if cfg.max_seq_length:
             self.model.max_seq_length = cfg.max_seq_length
@@ -73,9 +76,15 @@ class SentenceTransformerEmbedder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        out = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                convert_to_numpy=True, show_progress_bar=False)
-        return np.ascontiguousarray(out, dtype=np.float32)
+        import torch
+
+        # Autocast, not a bfloat16 copy of the weights: layer norms and softmax stay float32. One context
+        # per call: an autocast object keeps the state it restores, so threads must not share one.
+        with (torch.autocast(self.device, dtype=torch.bfloat16) if self.precision == "bfloat16"
+              else contextlib.nullcontext()):
+            out = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                    convert_to_tensor=True, show_progress_bar=False)
+        return np.ascontiguousarray(out.float().cpu().numpy(), dtype=np.float32)
 
 
 STATIC_MODULE = "sentence_transformers.models.StaticEmbedding"
@@ -151,6 +160,7 @@ class StaticEmbedder:
         self._tok.no_padding()
         self.dim = int(table.shape[1])
         self.max_seq_length = sys.maxsize  # what sentence-transformers reports for a static model (infinity)
+        self.precision = "float32"
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -176,6 +186,7 @@ class CachedEmbedder:
 
     def __init__(self, inner: Embedder, directory: Path, model_key: str) -> None:
         self.inner, self.dim, self.max_seq_length = inner, inner.dim, inner.max_seq_length
+        self.precision = inner.precision
         directory.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(directory / "embeddings.sqlite", timeout=300, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -210,7 +221,9 @@ def make_embedder(cfg: EmbedderConfig, threads: float | None = None) -> Embedder
                        else SentenceTransformerEmbedder(cfg, threads=threads))
     if cfg.cache_dir is None:
         return model
-    return CachedEmbedder(model, Path(cfg.cache_dir), f"{model_path(cfg).resolve()}|{model.max_seq_length}")
+    # float32 keys are those of caches written before bfloat16 existed.
+    return CachedEmbedder(model, Path(cfg.cache_dir), f"{model_path(cfg).resolve()}|{model.max_seq_length}"
+                          + ("" if model.precision == "float32" else f"|{model.precision}"))
 
 
 class Tokenizer:

@@ -6,7 +6,7 @@ from hygraph.backends.embedder import CachedEmbedder
 
 
 class Counting:
-    dim, max_seq_length = 3, 16
+    dim, max_seq_length, precision = 3, 16, "float32"
 
     def __init__(self) -> None:
         self.seen: list[str] = []

@@ -1,0 +1,43 @@
+"""The embedder's arithmetic: `auto` picks bfloat16 only where the processor has it natively, and bfloat16
+vectors of the bundled model stay what float32 gives, to cosine 0.999."""
+
+import numpy as np
+import pytest
+
+from hygraph.backends import cpu_flags, resolve_precision
+from hygraph.backends.embedder import make_embedder
+from hygraph.config import EmbedderConfig
+
+
+def test_auto_takes_bfloat16_only_with_native_support():
+    assert resolve_precision("auto", "cpu", frozenset({"avx2", "avx512_bf16"})) == "bfloat16"
+    assert resolve_precision("auto", "cpu", frozenset({"amx_bf16", "amx_tile"})) == "bfloat16"
+    assert resolve_precision("auto", "cpu", frozenset({"avx2", "avx512f", "avx512bw"})) == "float32"
+    assert resolve_precision("auto", "cpu", frozenset()) == "float32"
+    assert resolve_precision("float32", "cpu", frozenset({"avx512_bf16"})) == "float32"
+    assert resolve_precision("bfloat16", "cpu", frozenset()) == "bfloat16"
+
+
+def test_cpu_flags_read_the_flags_line_and_nothing_when_unreadable(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: fpu avx2 avx512_bf16\nbugs\t: none\n")
+    assert cpu_flags(str(info)) == {"fpu", "avx2", "avx512_bf16"}
+    assert cpu_flags(str(tmp_path / "missing")) == frozenset()
+
+
+def test_config_rejects_an_unknown_precision():
+    with pytest.raises(ValueError, match="precision"):
+        EmbedderConfig(precision="int8")
+
+
+def test_bfloat16_vectors_match_float32_ones():
+    texts = ["Which magazine was started first, Arthur's Magazine or First for Women?",
+             "Arthur's Magazine (1844-1846) was an American literary periodical published in Philadelphia. " * 12,
+             "東京 is the capital of Japan.", "x"]
+    full = make_embedder(EmbedderConfig(precision="float32", device="cpu"))
+    half = make_embedder(EmbedderConfig(precision="bfloat16", device="cpu"))
+    assert (full.precision, half.precision) == ("float32", "bfloat16")
+    a, b = full.encode(texts), half.encode(texts)
+    assert a.dtype == b.dtype == np.float32 and a.shape == b.shape
+    np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+    assert (a * b).sum(axis=1).min() > 0.999
