@@ -13,6 +13,7 @@ of private memory per process, measured in loadtests/mem_breakdown.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -65,6 +66,10 @@ class SentenceTransformerEmbedder:
             torch.set_num_threads(max(1, math.floor(threads)))
         self.device = resolve_device(cfg.device)
         self.precision = resolve_precision(cfg.precision, self.device)
+        # Autocast, not a bfloat16 copy of the weights: layer norms and softmax stay float32. A new context per
+        # call: an autocast object keeps the state it restores, so threads must not share one.
+        self._arithmetic = (functools.partial(torch.autocast, self.device, dtype=torch.bfloat16)
+                            if self.precision == "bfloat16" else contextlib.nullcontext)
         self.model = SentenceTransformer(str(model_path(cfg)), device=self.device)
         if cfg.max_seq_length:
             self.model.max_seq_length = cfg.max_seq_length
@@ -76,15 +81,10 @@ class SentenceTransformerEmbedder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        import torch
-
-        # Autocast, not a bfloat16 copy of the weights: layer norms and softmax stay float32. One context
-        # per call: an autocast object keeps the state it restores, so threads must not share one.
-        with (torch.autocast(self.device, dtype=torch.bfloat16) if self.precision == "bfloat16"
-              else contextlib.nullcontext()):
+        with self._arithmetic():
             out = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
                                     convert_to_tensor=True, show_progress_bar=False)
-        return np.ascontiguousarray(out.float().cpu().numpy(), dtype=np.float32)
+        return np.ascontiguousarray(out.float().cpu().numpy())
 
 
 STATIC_MODULE = "sentence_transformers.models.StaticEmbedding"

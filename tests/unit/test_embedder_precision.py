@@ -41,3 +41,4 @@ def test_bfloat16_vectors_match_float32_ones():
     assert a.dtype == b.dtype == np.float32 and a.shape == b.shape
     np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
     assert (a * b).sum(axis=1).min() > 0.999
+    assert not np.array_equal(a, b)  # the bfloat16 products did run
