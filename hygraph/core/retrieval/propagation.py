@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from hygraph.core.graph import HybridGraph
-from hygraph.core.ppr import Walk, personalized_pagerank, transition
+from hygraph.core.ppr import Walk, forward_push, transition
 from hygraph.core.retrieval.view import IndexView
 from hygraph.model import normalize_name
 
@@ -28,7 +28,9 @@ EDGE_WEIGHTS = {"entity_chunk": 1.0, "entity_entity": 1.0, "chunk_chunk": 0.5, "
                 "hyperedge_chunk": 1.0}
 SUBJECT_WEIGHT = 20.0  # chunk <-> the entity its title names, relative to a plain mention
 DAMPING = 0.7  # share of the mass that walks on at each step (HippoRAG uses 0.5; 0.7 reaches the second hop)
-TOLERANCE = 3e-2  # L1 change at which the power iteration stops: on the dev sets the top passages are settled by then
+# Residual mass per node under which forward push stops pushing: ~3x faster than the power iteration it replaced
+# at 2wiki_dev's 78k nodes, at equal recall@5 on the dev sets, and its cost does not grow with the graph.
+PUSH_EPSILON = 1e-4
 RELATION_SEEDS = 5  # triplets most similar to the question whose ends seed the walk
 PASSAGE_SHARE = 0.3  # share of the reset mass on the dense + BM25 passages; the rest is on linked entities
 
@@ -86,7 +88,7 @@ def propagate(view: IndexView, entity_seeds: dict[str, float], chunk_seeds: Sequ
     assert view.graph is not None and view.walk is not None
     if reset is None:
         return np.zeros(len(view.graph.chunk_ids), dtype=np.float32)
-    return personalized_pagerank(view.walk, reset, damping=DAMPING, tol=TOLERANCE)[:len(view.graph.chunk_ids)]
+    return forward_push(view.walk, reset, damping=DAMPING, epsilon=PUSH_EPSILON)[0][:len(view.graph.chunk_ids)]
 
 
 def by_mass(mass: np.ndarray, view: IndexView, k: int) -> list[tuple[str, float]]:
