@@ -42,3 +42,15 @@ def test_bfloat16_vectors_match_float32_ones():
     np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
     assert (a * b).sum(axis=1).min() > 0.999
     assert not np.array_equal(a, b)  # the bfloat16 products did run
+
+
+def test_encode_gives_sentence_transformers_vectors_in_input_order():
+    texts = ["x", "Arthur's Magazine (1844-1846) was an American literary periodical. " * 40,
+             "Which magazine was started first?", "東京 is the capital of Japan.",
+             "Teutberga (died 11 November 875) was a queen of Lotharingia by marriage to Lothair II.", "a b"]
+    embedder = make_embedder(EmbedderConfig(precision="float32", device="cpu", batch_size=2))
+    ours = embedder.encode(texts)  # three slices, each sorted by length
+    reference = embedder.model.encode(texts, normalize_embeddings=True)
+    assert ours.dtype == np.float32 and ours.shape == (len(texts), embedder.dim) and ours.flags.c_contiguous
+    assert (ours * reference).sum(axis=1).min() >= 0.99999
+    assert embedder.encode([]).shape == (0, embedder.dim)
