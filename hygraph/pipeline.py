@@ -2,8 +2,8 @@
 
 `hygraph query`, `hygraph eval` and the Serve Retriever all run `QueryPipeline` over a
 `QueryEngine`; Serve only decides where each step runs (the question is embedded inside the
-Retriever replica with `@serve.batch`, an extractive answer is produced there too, and an LLM
-answer goes to the Generator deployment). The JSON shape of a result is CONTRACT.md's.
+Retriever replica, concurrent questions batched into one model call; an extractive answer is
+produced there too, and an LLM answer goes to the Generator deployment). The JSON shape of a result is CONTRACT.md's.
 """
 
 from __future__ import annotations
@@ -45,7 +45,12 @@ class QueryRequest:
 
 @dataclass
 class Retrieval:
-    """What retrieval hands to generation: the context, its numbered prompt items, the version read."""
+    """What retrieval hands to generation: the context, its numbered prompt items, the version read.
+
+    The context holds the prompt's items only (`Context.numbered`): what the answer is generated from
+    and cites, bounded by `retrieval.max_context_tokens`, so a mode that retrieves hundreds of items
+    (hypergraph's expansion) neither ships nor returns them all.
+    """
 
     request: QueryRequest
     context: Context
@@ -132,7 +137,8 @@ class QueryPipeline:
         t1 = time.perf_counter()
         ctx = self.engine.retrieve(req.question, qv, req.mode, req.k, loaded)
         items = self.engine.prompt_items(req.question, ctx)
-        return Retrieval(req, ctx, items, loaded.view.version, {"embed": t1 - t0, "retrieve": time.perf_counter() - t1})
+        return Retrieval(req, ctx.numbered(items), items, loaded.view.version,
+                         {"embed": t1 - t0, "retrieve": time.perf_counter() - t1})
 
     def run(self, req: QueryRequest) -> QueryResult:
         retrieval = self.retrieve(req)

@@ -63,9 +63,7 @@ class Gateway:
     def _observe(self, result: QueryResult, started: float) -> dict[str, Any]:
         result.seconds["total"] = time.perf_counter() - started
         out = result.to_json()
-        self.metrics.observe_query(result.request.mode, result.seconds,
-                                   {k: len(v) for k, v in out["context"].items()
-                                    if isinstance(v, list) and k != "citations"})
+        self.metrics.observe_query(result.request.mode, result.seconds, result.context.notes["retrieved"])
         return out
 
     async def query(self, req: QueryRequest) -> dict[str, Any]:

@@ -3,7 +3,7 @@ import re
 import pytest
 
 from hygraph.core.prompt import INSUFFICIENT, assemble_prompt
-from hygraph.core.retrieval.context import ContextItem
+from hygraph.core.retrieval.context import Context, ContextItem, Passage
 
 
 def tokens(text: str) -> int:
@@ -125,3 +125,18 @@ def test_custom_token_counter_is_used():
 def test_unknown_kind_is_rejected():
     with pytest.raises(ValueError, match="unknown context kind"):
         assemble_prompt("q?", [ContextItem("x", "table", "x", 1.0)])  # type: ignore[arg-type]
+
+
+def test_a_context_cut_to_its_prompt_keeps_the_numbered_items_by_kind_and_counts_the_rest():
+    ctx = Context(
+        chunks=[ContextItem(f"c{i}", "chunk", "passage text " * 50, 1.0 - i / 10, (f"d{i}",)) for i in range(4)],
+        entities=[ContextItem(f"e{i}", "entity", f"entity {i}", 0.9 - i / 100) for i in range(30)],
+        passages=[Passage("d0", "D0", 1.0)], notes={"route": "bridge"})
+    prompt = assemble_prompt("q?", ctx.items(), max_tokens=400)
+    cut = ctx.numbered(prompt.items)
+    assert [i.number for i in cut.entities + cut.chunks] == list(range(1, len(prompt.items) + 1))
+    assert {i.id for i in cut.items()} == {i.id for i in prompt.items}
+    assert len(cut.items()) < len(ctx.items())  # the budget dropped some
+    assert cut.passages == ctx.passages
+    assert cut.notes == {"route": "bridge", "retrieved": {"summaries": 0, "chunks": 4, "entities": 30,
+                                                          "relations": 0, "hyperedges": 0}}

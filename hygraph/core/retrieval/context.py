@@ -58,6 +58,18 @@ class Context:
     def items(self) -> list[ContextItem]:
         return [*self.summaries, *self.entities, *self.relations, *self.hyperedges, *self.chunks]
 
+    def numbered(self, items: Sequence[ContextItem]) -> "Context":
+        """This context cut to the answer prompt's numbered items (what an answer cites; the token budget bounds
+        them), each kind in prompt order, with the same passages and notes, and `notes["retrieved"]`
+        counting the items of each kind retrieval found before the budget."""
+        kinds = {"summary": "summaries", "chunk": "chunks", "entity": "entities", "relation": "relations",
+                 "hyperedge": "hyperedges"}
+        by_kind: dict[str, list[ContextItem]] = {field: [] for field in kinds.values()}
+        for item in sorted(items, key=lambda it: it.number):
+            by_kind[kinds[item.kind]].append(item)
+        retrieved = {field: len(getattr(self, field)) for field in kinds.values()}
+        return Context(**by_kind, passages=self.passages, notes={**self.notes, "retrieved": retrieved})
+
     def to_dict(self) -> dict[str, Any]:
         out = {k: [asdict(i) for i in getattr(self, k)]
                for k in ("summaries", "chunks", "entities", "relations", "hyperedges")}
