@@ -245,11 +245,11 @@ class ServeConfig(Section):
     version_poll_s: float = Field(1.0, gt=0)
     # Ray's Prometheus endpoint on this node (`ray.init(_metrics_export_port=...)`).
     metrics_port: int = Field(8080, ge=1, le=65535)
-    # Question embedding: @serve.batch groups concurrent questions into one model call. The
-    # wait is paid by every request at low load and buys batches under load: on 2 cores,
-    # 15 ms took hybrid from 26 to 37 QPS at concurrency 16 (README, Serving).
+    # Question embedding: questions that arrive while the model runs wait for its next call, which
+    # takes up to embed_max_batch of them (serve/batching.py). A question finding it idle runs at
+    # once unless embed_batch_wait_s > 0, a wait for more (worth it on a GPU, not on a CPU).
     embed_max_batch: int = Field(16, ge=1)
-    embed_batch_wait_s: float = Field(0.01, ge=0)
+    embed_batch_wait_s: float = Field(0.0, ge=0)
     # Where a query's steps run (README, Serving): the question is embedded inside the Retriever
     # replica ("retriever", one handle call per query) or by the Embedder deployment ("deployment":
     # embedding replicas that scale apart, e.g. on GPUs); the answer role runs in the Retriever for

@@ -3,7 +3,7 @@
 Two parts, each on a fresh local Ray per configuration:
 1. **Topologies** (`--variants`): the ways a query can cross Serve, side by side with the echo
    of the same Ray: `split` (Ingress -> Embedder -> Retriever -> Generator, three handle calls),
-   `retriever` (the default: the Retriever embeds with @serve.batch and answers extractively,
+   `retriever` (the default: the Retriever embeds, batching concurrent questions, and answers extractively,
    one handle call), `grpc` (`retriever` over Serve's gRPC inter-deployment transport),
    `haproxy` (`retriever` behind Serve's HAProxy ingress instead of its Python proxy).
    Echo, dense and hybrid at concurrency 1 and 16.

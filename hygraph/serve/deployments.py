@@ -2,8 +2,8 @@
 
 - `Retriever` holds the loaded index version (it follows `CURRENT`, so a new version is
   picked up without a restart and without failing requests in flight) and runs a request's
-  steps: the question is embedded here (`serve.embedding: retriever`, batched with
-  `@serve.batch`) unless an `Embedder` deployment does it; retrieval; and an extractive
+  steps: the question is embedded here (`serve.embedding: retriever`, concurrent questions
+  batched into one model call) unless an `Embedder` deployment does it; retrieval; and an extractive
   answer (`serve.answer: retriever`), so a query costs the ingress one handle call.
 - `Embedder` embeds questions for Retrievers that do not (`serve.embedding: deployment`, e.g.
   on GPU replicas that scale apart from the CPU-bound Retrievers).
@@ -33,6 +33,7 @@ from hygraph.engine import QueryEngine
 from hygraph.errors import IndexNotReady, InputError
 from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieval, answer, answer_stream,
                               no_answer)
+from hygraph.serve.batching import ContinuousBatcher
 from hygraph.serve.metrics import EmbedderMetrics, IndexMetrics, LLMMetrics
 from hygraph.store.versions import IndexStore
 
@@ -57,24 +58,19 @@ def encode_isolated(encode: Callable[[list[str]], np.ndarray], texts: list[str])
 
 
 class QuestionEncoder:
-    """Concurrent questions share one model call (`@serve.batch`, sized by `serve.embed_max_batch` and
-    `serve.embed_batch_wait_s`); used inside a replica's event loop."""
+    """Concurrent questions share one model call: continuous batching (serve/batching.py), sized by
+    `serve.embed_max_batch` and `serve.embed_batch_wait_s`; used inside a replica's event loop."""
 
     def __init__(self, cfg: HygraphConfig, threads: float) -> None:
         self.model = make_embedder(cfg.embedder, threads=max(1.0, threads))
         self.metrics = EmbedderMetrics()
-        self._batch.set_max_batch_size(cfg.serve.embed_max_batch)
-        self._batch.set_batch_wait_timeout_s(cfg.serve.embed_batch_wait_s)
+        self._batcher: ContinuousBatcher[str, np.ndarray] = ContinuousBatcher(
+            self._encode, cfg.serve.embed_max_batch, cfg.serve.embed_batch_wait_s, self.metrics.batch.observe)
 
     async def encode(self, question: str) -> np.ndarray:
-        got = await self._batch(question)
-        if isinstance(got, Exception):
-            raise got
-        return got
+        return await self._batcher(question)
 
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.003)
-    async def _batch(self, questions: list[str]) -> list[np.ndarray | Exception]:
-        self.metrics.batch.observe(len(questions))
+    async def _encode(self, questions: list[str]) -> list[np.ndarray | Exception]:
         return await asyncio.to_thread(encode_isolated, self.model.encode, questions)
 
 
