@@ -259,3 +259,20 @@ def test_persist_skips_a_collection_that_is_not_loaded_by_its_code():
     client.get = other
     with pytest.raises(StoreError, match="persist failed"):
         store.persist("c")
+
+
+def test_a_row_a_bounded_read_misses_is_read_again_strongly():
+    store, client = _store()
+    store.upsert("c", ["old", "new"], np.eye(2, dtype=np.float32), version=1)
+    visible = {id_key("old")}
+
+    def get(name, ids, output_fields, consistency_level):
+        client.calls.append(("get", (name,), {"ids": ids, "consistency_level": consistency_level}))
+        return [client.rows[k] for k in ids if k in client.rows and (k in visible or consistency_level == "Strong")]
+
+    client.get = get
+    assert store.fetch("c", ["new", "old"]).tolist() == [[0.0, 1.0], [1.0, 0.0]]
+    reads = [(kw["consistency_level"], len(kw["ids"])) for name, _, kw in client.calls if name == "get"]
+    assert reads == [("Bounded", 2), ("Strong", 1)]  # only the missed row is read again
+    with pytest.raises(StoreError, match="no vector for id 'gone'"):
+        store.fetch("c", ["gone"])

@@ -270,21 +270,31 @@ class MilvusStore:
                  for h in row] for row in res]
 
     def fetch(self, name: str, ids: Sequence[str]) -> np.ndarray:
+        found = self._get(name, ids, CONSISTENCY)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            # A version can name rows written less than the graceful time ago that this reader's bounded
+            # read does not see yet (a collection it loaded before they were written): a strongly
+            # consistent read of just those waits until they are visible.
+            found.update(self._get(name, missing, "Strong"))
+            missing = [i for i in missing if i not in found]
+        if missing:
+            raise StoreError(f"{name}: no vector for id {short(missing[0])}")
+        return np.asarray([found[i] for i in ids], dtype=np.float32)
+
+    def _get(self, name: str, ids: Sequence[str], consistency: str) -> dict[str, Any]:
         wanted = {id_key(i): i for i in ids}
         keys = list(wanted)
         found: dict[str, Any] = {}
         for start in range(0, len(keys), KEY_BATCH):
             rows = self._call("get", self.client.get, name, ids=keys[start:start + KEY_BATCH],
-                              output_fields=["pk", "item_id", "vec"], consistency_level=CONSISTENCY)
+                              output_fields=["pk", "item_id", "vec"], consistency_level=consistency)
             for r in rows:
                 item_id = wanted.get(int(r["pk"]))
                 if item_id is not None and r["item_id"] != item_id:
                     raise StoreError(f"{name}: id {short(item_id)} shares its key with stored id {short(r['item_id'])}")
                 found[str(r["item_id"])] = r["vec"]
-        missing = [i for i in ids if i not in found]
-        if missing:
-            raise StoreError(f"{name}: no vector for id {short(missing[0])}")
-        return np.asarray([found[i] for i in ids], dtype=np.float32)
+        return found
 
     def drop(self, name: str) -> None:
         self._opened.discard(name)
