@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class Context:
         return out
 
 
-def passages_from_chunks(chunks: Sequence[ContextItem], titles: dict[str, str], k: int) -> list[Passage]:
+def passages_from_chunks(chunks: Iterable[ContextItem], titles: Mapping[str, str], k: int) -> list[Passage]:
     """Rank passages by their best chunk: first appearance in the chunk ranking, score = best chunk's."""
     out: list[Passage] = []
     seen: set[str] = set()
@@ -86,4 +86,6 @@ def passages_from_chunks(chunks: Sequence[ContextItem], titles: dict[str, str], 
             if pid not in seen:
                 seen.add(pid)
                 out.append(Passage(pid, titles.get(pid, ""), item.score))
-    return out[:k]
+                if len(out) == k:
+                    return out
+    return out

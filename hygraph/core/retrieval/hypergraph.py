@@ -79,16 +79,20 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     if dense_ranking:
         graph_ranking = [dense_ranking[0], *(cid for cid in graph_ranking if cid != dense_ranking[0])]
     fused = _reciprocal_rank_fusion(dense_ranking, graph_ranking)
-    ranked = [ContextItem(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],)) for cid, score in fused]
-    passages = passages_from_chunks(ranked, view.titles, k)
+    # Hub entities spread evidence over thousands of chunks: each chunk's passage is looked up once, and
+    # only the chunks of the k passages kept become items.
+    doc_of = _DocOf(view)
+    passages = passages_from_chunks(
+        (ContextItem(cid, "chunk", "", score, (doc_of(cid),)) for cid, score in fused), view.titles, k)
     kept = {p.id for p in passages}
 
     return Context(
-        chunks=[c for c in ranked if c.sources[0] in kept],
-        entities=[ContextItem(u, "entity", _entity_text(view, u), s, _docs(view, view.entity_chunks.get(u, ())))
+        chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], score, (doc_of(cid),))
+                for cid, score in fused if doc_of(cid) in kept],
+        entities=[ContextItem(u, "entity", _entity_text(view, u), s, doc_of.of_all(view.entity_chunks.get(u, ())))
                   for u, s in _best_first(entity_score)],
         hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s,
-                                _docs(view, view.hyperedge_chunks.get(e, ())))
+                                doc_of.of_all(view.hyperedge_chunks.get(e, ())))
                     for e, s in _best_first(edge_score)],
         passages=passages,
         notes={"question_entities": list(spans)},
@@ -130,5 +134,19 @@ def _entity_text(view: IndexView, entity_id: str) -> str:
     return f"{name}: {desc}" if desc else name
 
 
-def _docs(view: IndexView, chunk_ids: Iterable[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(view.chunk_doc[cid] for cid in chunk_ids))
+class _DocOf:
+    """Chunk id -> its passage id, each looked up in the view once per query (hub entities share chunks)."""
+
+    def __init__(self, view: IndexView) -> None:
+        self.view = view
+        self.seen: dict[str, str] = {}
+
+    def __call__(self, cid: str) -> str:
+        doc = self.seen.get(cid)
+        if doc is None:
+            doc = self.seen[cid] = self.view.chunk_doc[cid]
+        return doc
+
+    def of_all(self, chunk_ids: Iterable[str]) -> tuple[str, ...]:
+        """The passages of the chunks, first-mention order, each once."""
+        return tuple(dict.fromkeys(map(self, chunk_ids)))
