@@ -71,7 +71,11 @@ def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     per_round = k if round_k is None else round_k
     q = query_vec[None, :]
     depth = pool_size(k)
-    dense_hits = search("chunks", q, max(depth, per_round), None)[0]
+    projected = init_from_text(query_vec, view.hyper_dim, view.hyper_seed)
+    # The searches that need only the question, side by side.
+    dense_hits, relation_hits, hyperbolic_hits = (hits[0] for hits in search.many([
+        ("chunks", q, max(depth, per_round), None), ("relations", q, RELATION_SEEDS, None),
+        ("hyperbolic", query_vector(projected)[None, :], k, None)]))
     round1 = [cid for cid, _ in dense_hits[:per_round]]
     directives = decompose(question, [view.chunk_text[cid] for cid in round1]) if round1 else []
     round2 = ([[cid for cid, _ in hits] for hits in search("chunks", embed(directives), per_round, None)]
@@ -81,18 +85,21 @@ def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     for child, par in parent.items():
         tree_depth[child] = tree_depth[par] + 1
 
-    seeds = link_entities(question_entities(question), search("relations", q, RELATION_SEEDS, None)[0], view)
+    seeds = link_entities(question_entities(question), relation_hits, view)
     lexical = rrf([[cid for cid, _ in dense_hits], [cid for cid, _ in bm25_hits(question, depth, view)]])
     seed_passages = rrf([[cid for cid, _ in lexical], list(parent)])
     walk_order = [cid for cid, _ in by_mass(propagate(view, seeds, seed_passages), view, CANDIDATES)]
 
-    projected = init_from_text(query_vec, view.hyper_dim, view.hyper_seed)
     level_size = np.bincount(list(tree_depth.values()))
     weights = np.array([0.5 ** tree_depth[n] / level_size[tree_depth[n]] for n in tree_depth])
-    q_point = _weighted_midpoint(np.vstack([projected, points(list(parent))]), weights)
-    neighbours = [cid for cid, _ in search("hyperbolic", query_vector(projected)[None, :], k, None)[0]]
+    neighbours = [cid for cid, _ in hyperbolic_hits]
     candidates = list(dict.fromkeys([*walk_order, *(cid for cid, _ in dense_hits[:CANDIDATES]), *neighbours]))
-    distance = poincare_distance(points(candidates), q_point[None, :])
+    wanted = list(dict.fromkeys([*parent, *candidates]))  # the tree's and the candidates' points, one read
+    row = {cid: i for i, cid in enumerate(wanted)}
+    located = points(wanted)
+    tree_points = located[[row[c] for c in parent]].reshape(-1, projected.shape[0])
+    q_point = _weighted_midpoint(np.vstack([projected, tree_points]), weights)
+    distance = poincare_distance(located[[row[c] for c in candidates]], q_point[None, :])
     by_distance = [candidates[i] for i in np.argsort(distance, kind="stable")]
     fused = rrf([walk_order, by_distance], weights=[1.0, HYPERBOLIC_WEIGHT])
     ranked = [ContextItem(cid, "chunk", view.chunk_text[cid], score, (view.chunk_doc[cid],)) for cid, score in fused]
