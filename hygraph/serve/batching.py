@@ -10,8 +10,11 @@ so a timeout of 0 gives batches of one under load (measured in README, Serving).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Awaitable, Callable, Generic, Sequence, TypeVar
+
+log = logging.getLogger("hygraph.serve")
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -62,7 +65,10 @@ class ContinuousBatcher(Generic[In, Out]):
 
     async def _serve(self, batch: list[tuple[In, asyncio.Future[Out]]]) -> None:
         if self.on_batch is not None:
-            self.on_batch(len(batch))
+            try:
+                self.on_batch(len(batch))
+            except Exception as exc:  # noqa: BLE001 - a metrics failure must neither fail nor strand the batch
+                log.warning("batch size not recorded: %s", type(exc).__name__)
         try:
             results = list(await self.fn([item for item, _ in batch]))
             if len(results) != len(batch):

@@ -143,3 +143,14 @@ def test_every_call_gets_its_own_result_whatever_the_arrivals(xs, max_batch, gap
         assert isinstance(r, ValueError) if x < 0 else r == 2 * x
     assert [x for call in calls for x in call] == xs  # each input in exactly one call, in arrival order
     assert all(1 <= len(call) <= max_batch for call in calls)
+
+
+def test_a_failing_batch_observer_neither_fails_nor_strands_the_batch():
+    def observer(n):
+        raise RuntimeError("metrics backend down")
+
+    async def main():
+        batcher = ContinuousBatcher(Model(), max_batch=4, on_batch=observer)
+        return await asyncio.wait_for(asyncio.gather(batcher(1), batcher(2)), 1.0)
+
+    assert asyncio.run(main()) == [2, 4]
