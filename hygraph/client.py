@@ -90,9 +90,11 @@ class Client:
         return [m["id"] for m in self._json("GET", "/v1/models")["data"]]
 
     def ready(self) -> bool:
+        """Whether a hygraph service answers ready here; another service on the port is not ready."""
         try:
-            return self._http.get("/readyz").status_code == 200
-        except httpx.TransportError:
+            resp = self._http.get("/readyz")
+            return resp.status_code == 200 and resp.json().get("status") == "ready"
+        except (httpx.TransportError, ValueError, AttributeError):
             return False
 
     def _query_body(self, question: str, mode: str | None, top_k: int | None) -> dict[str, Any]:

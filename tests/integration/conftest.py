@@ -67,24 +67,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# A port found free can be taken before `hygraph serve` binds it (Ray starts processes on ports of its
+# own choosing meanwhile); such a start is retried on fresh ports.
+BIND_ATTEMPTS = 3
+
+
 @contextmanager
 def serving(index_dir: Path, log: Path, ready_s: float = 240, **env: str) -> Iterator[dict]:
     """`hygraph serve` on free ports as a user runs it; stopped with SIGINT (as Ctrl-C) at the end."""
     from hygraph.client import Client
 
-    port, metrics_port = free_port(), free_port()
-    with log.open("w") as err:
-        proc = subprocess.Popen([*HYGRAPH, "serve", "--index-dir", str(index_dir), "--port", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=err,
-                                env=cli_env(HYGRAPH__SERVE__METRICS_PORT=str(metrics_port), **env))
-    url = f"http://127.0.0.1:{port}"
-    client = Client(url)
-    deadline = time.monotonic() + ready_s
-    while not client.ready():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"hygraph serve did not become ready:\n{log.read_text()[-3000:]}")
-        time.sleep(1)
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        port, metrics_port = free_port(), free_port()
+        with log.open("w") as err:
+            proc = subprocess.Popen([*HYGRAPH, "serve", "--index-dir", str(index_dir), "--port", str(port)],
+                                    stdout=subprocess.DEVNULL, stderr=err,
+                                    env=cli_env(HYGRAPH__SERVE__METRICS_PORT=str(metrics_port), **env))
+        url = f"http://127.0.0.1:{port}"
+        client = Client(url)
+        deadline = time.monotonic() + ready_s
+        while not client.ready() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+        if proc.poll() is None and client.ready():
+            break
+        proc.kill()
+        proc.wait(30)
+        client.close()
+        text = log.read_text()
+        if "Failed to bind to address" not in text or attempt == BIND_ATTEMPTS:
+            raise AssertionError(f"hygraph serve did not become ready:\n{text[-3000:]}")
     try:
         yield {"url": url, "proc": proc, "index_dir": index_dir, "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
                "log": log, "client": client}
