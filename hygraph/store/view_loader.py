@@ -256,7 +256,8 @@ def load_view(version: Version) -> IndexView:
 
 def _load_view(version: Version) -> IndexView:
     view = IndexView(version=version.version, chunk_text=_col(version, CHUNKS, "text"),
-                     chunk_doc=_col(version, CHUNKS, "doc_id"), titles=_col(version, DOCUMENTS, "title"))
+                     chunk_doc=_col(version, CHUNKS, "doc_id"), titles=_col(version, DOCUMENTS, "title"),
+                     doc_chunks=_col(version, DOCUMENTS, "chunks"))
     if version.has(LEXICAL_CHUNKS):
         view.chunk_lexical = lexical_index(version, LEXICAL_CHUNKS)
     if not version.has(ENTITIES):

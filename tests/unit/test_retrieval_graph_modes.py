@@ -31,6 +31,7 @@ from hygraph.config import MODES
 from hygraph.core.retrieval.ppr import ppr
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
+from tests.views import by_doc
 
 QUESTION = "Who is the spouse of the director of Film X?"
 QUERY = np.array([1.0, 0.0], dtype=np.float32)
@@ -104,6 +105,7 @@ def make_view() -> IndexView:
         version=1,
         chunk_text={cid: text for cid, (text, _) in CHUNKS.items()},
         chunk_doc=chunk_doc,
+        doc_chunks=by_doc(chunk_doc),
         titles=TITLES,
         entity_name={eid: name for eid, (name, _, _) in ENTITIES.items()},
         entity_desc={"film x": "a 1999 drama"},

@@ -34,6 +34,7 @@ from hygraph.core.retrieval.hypergraph import hypergraph
 from hygraph.core.retrieval.linking import link_entities
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
+from tests.views import by_doc
 
 DIM = 16
 RRF_C = 60
@@ -105,7 +106,7 @@ EQ = axis(1)  # the vector of its entity spans joined: "Alpha, Beta"
 
 def hypergraph_view(chunks: dict[str, str], **fields) -> IndexView:
     return IndexView(version=1, chunk_text={c: f"text of {c}" for c in chunks}, chunk_doc=dict(chunks),
-                     titles={d: d.upper() for d in chunks.values()}, **fields)
+                     titles={d: d.upper() for d in chunks.values()}, doc_chunks=by_doc(chunks), **fields)
 
 
 def entity_fixture() -> tuple[IndexView, BruteSearch]:
@@ -323,7 +324,7 @@ def hyperbolic_fixture(rng_seed: int = 0) -> tuple[IndexView, BruteSearch, dict[
     chunk_doc = {cid: f"d{cid[1:]}" for cid in ids}
     titles = {f"d{i}": f"T{i}" for i in range(N_CHUNKS)}
     view = IndexView(
-        version=1, chunk_text=text, chunk_doc=chunk_doc, titles=titles,
+        version=1, chunk_text=text, chunk_doc=chunk_doc, titles=titles, doc_chunks=by_doc(chunk_doc),
         entity_name={"alpha": "Alpha", "zed zedson": "Zed Zedson", "kappa valley": "Kappa Valley"},
         entity_chunks={"alpha": ["c0", "c1"], "zed zedson": ["c0"], "kappa valley": ["c1"]},
         relations={"r1": ("alpha", "directed by", "zed zedson", 1.0)},

@@ -79,16 +79,18 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     if dense_ranking:
         graph_ranking = [dense_ranking[0], *(cid for cid in graph_ranking if cid != dense_ranking[0])]
     fused = _reciprocal_rank_fusion(dense_ranking, graph_ranking)
-    # Hub entities spread evidence over thousands of chunks: each chunk's passage is looked up once, and
-    # only the chunks of the k passages kept become items.
+    # Hub entities spread evidence over thousands of chunks: each chunk's passage is looked up once, only
+    # until k passages are found, and the chunk items are the fused chunks of those passages, found from
+    # the passages' chunk lists rather than by looking up the passage of every fused chunk.
     doc_of = _DocOf(view)
     passages = passages_from_chunks(
         (ContextItem(cid, "chunk", "", score, (doc_of(cid),)) for cid, score in fused), view.titles, k)
-    kept = {p.id for p in passages}
+    rank = {cid: r for r, (cid, _) in enumerate(fused)}
+    kept = {cid: p.id for p in passages for cid in view.doc_chunks.get(p.id, ()) if cid in rank}
 
     return Context(
-        chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], score, (doc_of(cid),))
-                for cid, score in fused if doc_of(cid) in kept],
+        chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], fused[rank[cid]][1], (kept[cid],))
+                for cid in sorted(kept, key=rank.__getitem__)],
         entities=[ContextItem(u, "entity", _entity_text(view, u), s, doc_of.of_all(view.entity_chunks.get(u, ())))
                   for u, s in _best_first(entity_score)],
         hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s,

@@ -32,6 +32,7 @@ class IndexView:
     chunk_text: Mapping[str, str]
     chunk_doc: Mapping[str, str]
     titles: Mapping[str, str]  # corpus passage id -> title
+    doc_chunks: Mapping[str, Sequence[str]]  # corpus passage id -> its chunk ids
     # entities: id (normalized name) -> fields; mentions are chunk ids
     entity_name: Mapping[str, str] = field(default_factory=dict)
     entity_desc: Mapping[str, str] = field(default_factory=dict)
