@@ -189,9 +189,10 @@ class UpdatesConfig(Section):
     # journal is idle or, once pending this many seconds, a slice before each batch (each such period
     # doubles the slice); 0: never deferred.
     defer_summaries_s: float = Field(30.0, ge=0)
-    # A slice of deferred summaries takes at most this many pending layer-0 nodes (about half a document's
-    # chunk and entities), so a job that arrives meanwhile waits for one slice, not for the backlog.
-    summary_slice_nodes: int = Field(8, ge=1)
+    # A slice of deferred summaries takes at most this many pending layer-0 nodes (a short document's chunks
+    # and entities), so a job that arrives meanwhile waits for one slice, not for the backlog. Every slice
+    # re-summarizes the upper layers above its nodes: 8 (half a document) embedded 25% more summaries.
+    summary_slice_nodes: int = Field(32, ge=1)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
     # Compaction (when the journal is idle): an artifact's delta segments are merged into one past this
     # many, and everything into one segment once its oldest (merged) delta outweighs this share of the base.
