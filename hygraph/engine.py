@@ -10,7 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -67,7 +67,11 @@ class VersionSearch:
     def many(self, requests: Sequence[SearchRequest]) -> list[Hits]:
         if len(requests) < 2:
             return [self(*r) for r in requests]
-        return list(self.pool.map(lambda r: self(*r), requests))
+        return self.start(requests)()
+
+    def start(self, requests: Sequence[SearchRequest]) -> Callable[[], list[Hits]]:
+        running = [self.pool.submit(self, *r) for r in requests]
+        return lambda: [done.result() for done in running]
 
 
 class QueryEngine:

@@ -138,6 +138,7 @@ def assemble_prompt(question: str, items: Iterable[ContextItem], max_tokens: int
     kept = _within_budget(question, items, max_tokens, count_tokens)
     order = list(SECTIONS)
     placed = sorted(kept, key=lambda it: (order.index(it.kind), -it.score))
-    numbered = tuple(replace(it, number=i) for i, it in enumerate(placed, 1))
+    # An answer cites these: their sources are resolved here (a mode may have left them lazy).
+    numbered = tuple(replace(it, number=i, sources=tuple(it.sources)) for i, it in enumerate(placed, 1))
     return AssembledPrompt(system=SYSTEM_PROMPT, user=render_user(question, numbered),
                            items=numbered)

@@ -50,3 +50,16 @@ def test_one_search_runs_in_the_callers_thread() -> None:
         [answer] = search.many([("chunks", np.zeros((2, 3), np.float32), 1, None)])
     assert answer == [[("col_chunks-a", 0.9)], [("col_chunks-a", 0.9)]]
     assert store.threads == [threading.current_thread().name]
+
+
+def test_started_searches_run_while_the_caller_works_and_are_collected_in_request_order() -> None:
+    kinds = ["chunks", "relations"]
+    # the caller is the third party at the barrier: the searches wait inside until it arrives, so they must
+    # already run while it works, and collecting them afterwards answers both
+    store = RecordingStore(parallel=3)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="search") as pool:
+        search = VersionSearch(store, loaded(kinds), pool)
+        collect = search.start([(kind, np.zeros((1, 3), np.float32), 3, None) for kind in kinds])
+        store.inside.wait()
+        answers = collect()
+    assert answers == [[[(f"col_{kind}-a", 0.9), (f"col_{kind}-b", 0.7)]] for kind in kinds]

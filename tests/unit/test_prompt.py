@@ -1,9 +1,10 @@
+import pickle
 import re
 
 import pytest
 
 from hygraph.core.prompt import INSUFFICIENT, assemble_prompt
-from hygraph.core.retrieval.context import Context, ContextItem, Passage
+from hygraph.core.retrieval.context import Context, ContextItem, LazySources, Passage
 
 
 def tokens(text: str) -> int:
@@ -140,3 +141,34 @@ def test_a_context_cut_to_its_prompt_keeps_the_numbered_items_by_kind_and_counts
     assert cut.passages == ctx.passages
     assert cut.notes == {"route": "bridge", "retrieved": {"summaries": 0, "chunks": 4, "entities": 30,
                                                           "relations": 0, "hyperedges": 0}}
+
+
+def test_lazy_sources_are_computed_only_for_the_items_the_budget_keeps():
+    computed: list[str] = []
+
+    def sources_of(item_id: str) -> LazySources:
+        return LazySources(lambda: computed.append(item_id) or (f"p-{item_id}",))
+
+    items = [ContextItem("doc-1", "chunk", "Passage about Prague Castle.", 0.9, ("doc-1",)),
+             *(ContextItem(f"e{i}", "entity", f"Entity number {i}", 0.8 - i / 100, sources_of(f"e{i}"))
+               for i in range(40))]
+    empty = prompt_tokens(assemble_prompt("q?", [], count_tokens=tokens))
+    prompt = assemble_prompt("q?", items, max_tokens=empty + 60, count_tokens=tokens)
+    kept = [it for it in prompt.items if it.kind == "entity"]
+    assert 0 < len(kept) < 40
+    assert computed == [it.id for it in sorted(kept, key=lambda it: it.number)]
+    assert all(type(it.sources) is tuple and it.sources == (f"p-{it.id}",) for it in kept)
+
+
+def test_lazy_sources_resolve_once_equal_any_sequence_of_the_ids_and_pickle_as_a_tuple():
+    calls = []
+    lazy = LazySources(lambda: calls.append(1) or ["p1", "p2"])
+    assert calls == []
+    assert lazy == ("p1", "p2") and lazy == ["p1", "p2"] and ("p1", "p2") == lazy and lazy != ("p1",)
+    assert lazy != "p1p2"
+    assert list(lazy) == ["p1", "p2"] and lazy[1] == "p2" and len(lazy) == 2
+    assert calls == [1]
+    restored = pickle.loads(pickle.dumps(ContextItem("e", "entity", "E", 0.5, lazy)))
+    assert type(restored.sources) is tuple and restored.sources == ("p1", "p2")
+    assert Context(entities=[ContextItem("e", "entity", "E", 0.5, lazy)]).to_dict()["entities"][0]["sources"] == \
+        ("p1", "p2")

@@ -155,6 +155,10 @@ class BruteForce:
     def many(self, requests) -> list[list[list[tuple[str, float]]]]:
         return [self(*r) for r in requests]
 
+    def start(self, requests):
+        hits = self.many(requests)
+        return lambda: hits
+
 
 @pytest.fixture
 def view() -> IndexView:

@@ -83,6 +83,10 @@ class BruteSearch:
     def many(self, requests) -> list[list[list[tuple[str, float]]]]:
         return [self(*r) for r in requests]
 
+    def start(self, requests):
+        hits = self.many(requests)
+        return lambda: hits
+
     def points(self, chunk_ids) -> np.ndarray:
         """The engine's live points: read back from the stored (Lorentz) vectors."""
         ids, stored = self.storage

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Protocol, Sequence, overload
 
 import numpy as np
 
@@ -24,6 +24,52 @@ class Search(Protocol):
         mode that needs four searches waits for about one."""
         ...
 
+    def start(self, requests: Sequence[SearchRequest]) -> Callable[[], list[Hits]]:
+        """`many`, begun now: calling the result waits for the hits, so work that needs none (the question's
+        BM25 hits and entities) runs while the store searches."""
+        ...
+
+
+class LazySources(Sequence[str]):
+    """An item's passage ids, computed on first read: a mode that returns hundreds of items (hypergraph's
+    expansion reaches hub entities with thousands of mentions) pays for the sources of the ones the prompt
+    keeps only. Equal to any sequence of the same ids; pickles, and is numbered (core/prompt.py), as a tuple."""
+
+    def __init__(self, compute: Callable[[], Sequence[str]]) -> None:
+        self._compute: Callable[[], Sequence[str]] | None = compute
+        self._ids: tuple[str, ...] = ()
+
+    def _resolved(self) -> tuple[str, ...]:
+        if self._compute is not None:
+            self._ids, self._compute = tuple(self._compute()), None
+        return self._ids
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[str, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> str | tuple[str, ...]:
+        return self._resolved()[index]
+
+    def __len__(self) -> int:
+        return len(self._resolved())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._resolved())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and not isinstance(other, str) and self._resolved() == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._resolved())
+
+    def __reduce__(self) -> tuple[type, tuple[tuple[str, ...]]]:
+        return tuple, (self._resolved(),)
+
 
 @dataclass
 class ContextItem:
@@ -33,7 +79,7 @@ class ContextItem:
     kind: Kind
     text: str
     score: float
-    sources: tuple[str, ...] = ()  # corpus passage ids this item derives from
+    sources: Sequence[str] = ()  # corpus passage ids this item derives from (a tuple, or LazySources)
     layer: int = 0
     number: int = 0  # its place in the answer prompt (core/prompt.py), what an answer cites; 0 before
 
@@ -71,10 +117,16 @@ class Context:
         return Context(**by_kind, passages=self.passages, notes={**self.notes, "retrieved": retrieved})
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: [asdict(i) for i in getattr(self, k)]
+        out = {k: [_item_dict(i) for i in getattr(self, k)]
                for k in ("summaries", "chunks", "entities", "relations", "hyperedges")}
         out["notes"] = self.notes
         return out
+
+
+def _item_dict(item: ContextItem) -> dict[str, Any]:
+    out = {f.name: getattr(item, f.name) for f in fields(item)}
+    out["sources"] = tuple(item.sources)
+    return out
 
 
 def passages_from_chunks(chunks: Iterable[ContextItem], titles: Mapping[str, str], k: int) -> list[Passage]:

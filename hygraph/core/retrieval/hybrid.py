@@ -1,7 +1,8 @@
 """`hybrid`: HyGRAG's context- and relation-aware bi-level retrieval (§3.2, Alg. 2, eqs. 14-20), with passages
 ranked by graph propagation (HippoRAG 2).
 
-Four vector searches, one per collection (asked at once: `Search.many`), and one BM25 lookup;
+Four vector searches, one per collection (asked at once: `Search.start`), and one BM25 lookup
+with the question's entity extraction while the store searches;
 the context is set operations over the hits, bounded by the retrieved items' degrees and the
 retrieved communities' sizes, never a scan of a whole collection; the passages come from one
 personalized PageRank. The helpers below the strategy (`select_relations`, `chunks_under`, the
@@ -60,9 +61,12 @@ def hybrid(question: str, query_vec: np.ndarray, k: int, view: IndexView, search
     q = query_vec[None, :]
     relation_k = relation_k or k
     depth = max(k, chunk_pool or pool_size(k))
-    summary_hits, chunk_hits, entity_hits, relation_hits = (hits[0] for hits in search.many([
+    searches = search.start([
         ("summaries", q, k, None), ("chunks", q, depth, None), ("entities", q, k, None),
-        ("relations", q, max(relation_k, relation_pool or pool_size(relation_k)), None)]))
+        ("relations", q, max(relation_k, relation_pool or pool_size(relation_k)), None)])
+    lexical_hits = bm25_hits(question, depth, view)
+    spans = question_entities(question)
+    summary_hits, chunk_hits, entity_hits, relation_hits = (hits[0] for hits in searches())
 
     communities = [sid for sid, _ in summary_hits]
     entity_ids = [eid for eid, _ in entity_hits]
@@ -79,8 +83,8 @@ def hybrid(question: str, query_vec: np.ndarray, k: int, view: IndexView, search
     fallback_order = chain(entity_ids, *(view.summary_leaves.get(sid, ()) for sid in communities))
     relations = select_relations(relation_hits, in_entity_set, fallback_order, relation_k, view)
 
-    seeds = link_entities(question_entities(question), relation_hits[:RELATION_SEEDS], view)
-    fused = rrf([[cid for cid, _ in chunk_hits], [cid for cid, _ in bm25_hits(question, depth, view)]])
+    seeds = link_entities(spans, relation_hits[:RELATION_SEEDS], view)
+    fused = rrf([[cid for cid, _ in chunk_hits], [cid for cid, _ in lexical_hits]])
     chunks = [chunk_item(cid, mass, view) for cid, mass in by_mass(propagate(view, seeds, fused), view, k)]
     return Context(
         summaries=[summary_item(sid, score, view) for sid, score in summary_hits],

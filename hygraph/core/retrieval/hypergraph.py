@@ -29,11 +29,11 @@ chunks score in (0, 1] like the entity and hyperedge items they share a prompt b
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from hygraph.core.retrieval.context import Context, ContextItem, Search, passages_from_chunks
+from hygraph.core.retrieval.context import Context, ContextItem, LazySources, Search, passages_from_chunks
 from hygraph.core.retrieval.view import Embed, IndexView, QuestionEntities
 
 _RRF_C = 60
@@ -91,10 +91,9 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     return Context(
         chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], fused[rank[cid]][1], (kept[cid],))
                 for cid in sorted(kept, key=rank.__getitem__)],
-        entities=[ContextItem(u, "entity", _entity_text(view, u), s, doc_of.of_all(view.entity_chunks.get(u, ())))
+        entities=[ContextItem(u, "entity", _entity_text(view, u), s, doc_of.lazy(view.entity_chunks, u))
                   for u, s in _best_first(entity_score)],
-        hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s,
-                                doc_of.of_all(view.hyperedge_chunks.get(e, ())))
+        hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s, doc_of.lazy(view.hyperedge_chunks, e))
                     for e, s in _best_first(edge_score)],
         passages=passages,
         notes={"question_entities": list(spans)},
@@ -152,3 +151,7 @@ class _DocOf:
     def of_all(self, chunk_ids: Iterable[str]) -> tuple[str, ...]:
         """The passages of the chunks, first-mention order, each once."""
         return tuple(dict.fromkeys(map(self, chunk_ids)))
+
+    def lazy(self, chunks_of: Mapping[str, Sequence[str]], item_id: str) -> LazySources:
+        """`of_all` of the item's chunks, when read: most of the expansion's items miss the prompt budget."""
+        return LazySources(lambda: self.of_all(chunks_of.get(item_id, ())))
