@@ -73,9 +73,11 @@ def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     depth = pool_size(k)
     projected = init_from_text(query_vec, view.hyper_dim, view.hyper_seed)
     # The searches that need only the question, side by side.
-    dense_hits, relation_hits, hyperbolic_hits = (hits[0] for hits in search.many([
+    searches = search.start([
         ("chunks", q, max(depth, per_round), None), ("relations", q, RELATION_SEEDS, None),
-        ("hyperbolic", query_vector(projected)[None, :], k, None)]))
+        ("hyperbolic", query_vector(projected)[None, :], k, None)])
+    spans, lexical_hits = question_entities(question), bm25_hits(question, depth, view)
+    dense_hits, relation_hits, hyperbolic_hits = (hits[0] for hits in searches())
     round1 = [cid for cid, _ in dense_hits[:per_round]]
     directives = decompose(question, [view.chunk_text[cid] for cid in round1]) if round1 else []
     round2 = ([[cid for cid, _ in hits] for hits in search("chunks", embed(directives), per_round, None)]
@@ -85,8 +87,8 @@ def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     for child, par in parent.items():
         tree_depth[child] = tree_depth[par] + 1
 
-    seeds = link_entities(question_entities(question), relation_hits, view)
-    lexical = rrf([[cid for cid, _ in dense_hits], [cid for cid, _ in bm25_hits(question, depth, view)]])
+    seeds = link_entities(spans, relation_hits, view)
+    lexical = rrf([[cid for cid, _ in dense_hits], [cid for cid, _ in lexical_hits]])
     seed_passages = rrf([[cid for cid, _ in lexical], list(parent)])
     walk_order = [cid for cid, _ in by_mass(propagate(view, seeds, seed_passages), view, CANDIDATES)]
 

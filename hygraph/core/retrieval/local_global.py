@@ -41,10 +41,10 @@ def local(question: str, query_vec: np.ndarray, k: int, view: IndexView, search:
     """
     q = query_vec[None, :]
     depth = pool_size(k)
-    entity_hits, chunk_hits, relation_hits = (hits[0] for hits in search.many(
-        [("entities", q, depth, None), ("chunks", q, depth, None), ("relations", q, depth, None)]))
-
+    searches = search.start(
+        [("entities", q, depth, None), ("chunks", q, depth, None), ("relations", q, depth, None)])
     named = [normalize_name(name) for name in question_entities(question)]
+    entity_hits, chunk_hits, relation_hits = (hits[0] for hits in searches())
     seeds = list(dict.fromkeys([*(eid for eid in named if eid in view.entity_name),
                                 *(eid for eid, _ in entity_hits[:k])]))
     entity_sim = dict(entity_hits)

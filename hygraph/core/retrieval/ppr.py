@@ -23,10 +23,11 @@ def ppr(question: str, query_vec: np.ndarray, k: int, view: IndexView, search: S
     """
     q = query_vec[None, :]
     depth = pool_size(k)
-    relation_hits, chunk_hits = (hits[0] for hits in search.many([("relations", q, RELATION_SEEDS, None),
-                                                                   ("chunks", q, depth, None)]))
-    seeds = link_entities(question_entities(question), relation_hits, view)
-    fused = rrf([[c for c, _ in chunk_hits], [c for c, _ in bm25_hits(question, depth, view)]])
+    searches = search.start([("relations", q, RELATION_SEEDS, None), ("chunks", q, depth, None)])
+    spans, lexical_hits = question_entities(question), bm25_hits(question, depth, view)
+    relation_hits, chunk_hits = (hits[0] for hits in searches())
+    seeds = link_entities(spans, relation_hits, view)
+    fused = rrf([[c for c, _ in chunk_hits], [c for c, _ in lexical_hits]])
     chunks = [chunk_item(cid, mass, view) for cid, mass in by_mass(propagate(view, seeds, fused), view, k)]
     linked = sorted(seeds.items(), key=lambda kv: -kv[1])[:k]
     return Context(chunks=chunks, entities=[entity_item(e, w, view) for e, w in linked],
