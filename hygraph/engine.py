@@ -81,7 +81,7 @@ class QueryEngine:
         self.store = IndexStore(index_dir)
         self.vectors = vectorstore.connect(cfg.vector_store, index_dir)
         self._swap = threading.Lock()
-        # The independent searches of one request (Search.many) run side by side here.
+        # The independent searches of one request (Search.many, Search.start) run side by side here.
         self.search_pool = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="hygraph-search")
         self.loaded = self._load(self.store.open())
         self.embedder = embedder or make_embedder(cfg.embedder)
