@@ -52,11 +52,13 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     of an item that reached it times its own extraction score. K_chunk is the k_chunk (default
     k) nearest chunks. Passages: the module docstring's fusion, top k.
     """
+    # The searches with the question's own vector run while its entity spans are extracted and embedded.
+    question_searches = search.start([("hyperedges", query_vec[None, :], k_h, None),
+                                      ("chunks", query_vec[None, :], k if k_chunk is None else k_chunk, None)])
     spans = question_entities(question)
     entity_query = embed([", ".join(spans)])[0] if spans else query_vec
-    entity_hits, edge_hits, dense_hits = (hits[0] for hits in search.many([
-        ("entities", entity_query[None, :], k_v, None), ("hyperedges", query_vec[None, :], k_h, None),
-        ("chunks", query_vec[None, :], k if k_chunk is None else k_chunk, None)]))
+    [entity_hits] = search("entities", entity_query[None, :], k_v, None)
+    edge_hits, dense_hits = (hits[0] for hits in question_searches())
 
     retrieved_entities = _scored_above(entity_hits, view.entity_score, tau_v)
     edge_score = _scored_above(edge_hits, view.hyperedge_score, tau_h)
