@@ -87,12 +87,12 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     doc_of = _DocOf(view)
     passages = passages_from_chunks(
         (ContextItem(cid, "chunk", "", score, (doc_of(cid),)) for cid, score in fused), view.titles, k)
-    rank = {cid: r for r, (cid, _) in enumerate(fused)}
-    kept = {cid: p.id for p in passages for cid in view.doc_chunks.get(p.id, ()) if cid in rank}
+    place = {cid: (rank, score) for rank, (cid, score) in enumerate(fused)}
+    kept = {cid: p.id for p in passages for cid in view.doc_chunks.get(p.id, ()) if cid in place}
 
     return Context(
-        chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], fused[rank[cid]][1], (kept[cid],))
-                for cid in sorted(kept, key=rank.__getitem__)],
+        chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], place[cid][1], (kept[cid],))
+                for cid in sorted(kept, key=lambda cid: place[cid][0])],
         entities=[ContextItem(u, "entity", _entity_text(view, u), s, doc_of.lazy(view.entity_chunks, u))
                   for u, s in _best_first(entity_score)],
         hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s, doc_of.lazy(view.hyperedge_chunks, e))
