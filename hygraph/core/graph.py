@@ -8,7 +8,7 @@ an edge's kind follows from the kinds of its two endpoints, so it is not stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,15 +26,18 @@ class HybridGraph:
     Global node index: chunk i -> i, entity j -> n_chunks + j, hyperedge h -> n_chunks + n_entities + h.
     `relation_heads`/`relation_tails` are global node indices of each relation's entities,
     aligned with `relation_ids`; several relations between one pair share one adjacency edge.
+    The id sequences and `lookup` may be memory-mapped ones shared by the processes of a node;
+    without `lookup` a dict over the ids is made.
     """
 
-    chunk_ids: list[str]
-    entity_ids: list[str]
-    hyperedge_ids: list[str]
+    chunk_ids: Sequence[str]
+    entity_ids: Sequence[str]
+    hyperedge_ids: Sequence[str]
     adjacency: sp.csr_matrix
-    relation_ids: list[str]
+    relation_ids: Sequence[str]
     relation_heads: np.ndarray
     relation_tails: np.ndarray
+    lookup: Mapping[str, int] | None = None  # node id -> global node index
 
     @property
     def n_nodes(self) -> int:
@@ -42,7 +45,7 @@ class HybridGraph:
 
     @property
     def node_ids(self) -> list[str]:
-        return self.chunk_ids + self.entity_ids + self.hyperedge_ids
+        return [*self.chunk_ids, *self.entity_ids, *self.hyperedge_ids]
 
     @property
     def chunk_slice(self) -> slice:
@@ -59,8 +62,8 @@ class HybridGraph:
         return slice(start, start + len(self.hyperedge_ids))
 
     @cached_property
-    def node_index(self) -> dict[str, int]:
-        return {node_id: i for i, node_id in enumerate(self.node_ids)}
+    def node_index(self) -> Mapping[str, int]:
+        return self.lookup if self.lookup is not None else {node_id: i for i, node_id in enumerate(self.node_ids)}
 
     def node_kinds(self) -> np.ndarray:
         """Kind code per global node: 0 chunk, 1 entity, 2 hyperedge (positions in NODE_KINDS)."""

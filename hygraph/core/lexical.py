@@ -13,7 +13,7 @@ import re
 import threading
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -40,51 +40,43 @@ def analyze(text: str) -> list[str]:
 
 @dataclass(frozen=True, eq=False)
 class LexicalIndex:
-    """Row i holds the term counts of document `ids[i]`; column j is term `terms[j]`.
+    """Row i of `postings` holds the term counts of document `ids[i]`; column j is term `terms[j]`.
 
-    Terms no document uses any more stay in the vocabulary with document frequency 0 (they
-    never score), so removing documents never renumbers columns.
+    Stored by term (CSC), the layout scoring reads. Terms no document uses any more stay in the
+    vocabulary with document frequency 0 (they never score), so removing documents never renumbers
+    columns. `ids`, `terms` and `lookup` may be any sequences and mapping, e.g. memory-mapped ones
+    shared by the processes of a node; without `lookup` a dict over `terms` is made.
     """
 
-    ids: tuple[str, ...]
-    terms: tuple[str, ...]
-    counts: sp.csr_matrix  # (len(ids), len(terms)) float32 term frequencies
+    ids: Sequence[str]
+    terms: Sequence[str]
+    postings: sp.csc_matrix  # (len(ids), len(terms)) float32 term frequencies
     k1: float = K1
     b: float = B
+    lookup: Mapping[str, int] | None = None  # term -> column
 
     @cached_property
-    def row(self) -> dict[str, int]:
-        return {d: i for i, d in enumerate(self.ids)}
-
-    @cached_property
-    def term_index(self) -> dict[str, int]:
-        return {t: j for j, t in enumerate(self.terms)}
-
-    @cached_property
-    def _postings(self) -> sp.csc_matrix:
-        return self.counts.tocsc()
-
-    @cached_property
-    def _doc_len(self) -> np.ndarray:
-        return np.asarray(self.counts.sum(axis=1), dtype=np.float32).ravel()
+    def term_index(self) -> Mapping[str, int]:
+        return self.lookup if self.lookup is not None else {t: j for j, t in enumerate(self.terms)}
 
     @cached_property
     def idf(self) -> np.ndarray:
         """Lucene's idf per term: log(1 + (N - df + 0.5) / (df + 0.5))."""
-        df = np.diff(self._postings.indptr).astype(np.float64)
+        df = np.diff(self.postings.indptr).astype(np.float64)
         n = len(self.ids)
         return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
 
     @cached_property
     def _length_norm(self) -> np.ndarray:
         """k1 (1 - b + b dl / avgdl) per document: the saturation term of every tf."""
-        avg = float(self._doc_len.mean()) if len(self.ids) else 1.0
-        return (self.k1 * (1.0 - self.b + self.b * self._doc_len / max(avg, 1e-9))).astype(np.float32)
+        doc_len = np.bincount(self.postings.indices, weights=self.postings.data, minlength=len(self.ids))
+        avg = float(doc_len.mean()) if len(self.ids) else 1.0
+        return (self.k1 * (1.0 - self.b + self.b * doc_len / max(avg, 1e-9))).astype(np.float32)
 
     def scores(self, query_terms: Sequence[str]) -> np.ndarray:
         """BM25 of every document for the analyzed query (a repeated query term counts each time)."""
         out = np.zeros(len(self.ids), dtype=np.float32)
-        post = self._postings
+        post = self.postings
         for term in query_terms:
             j = self.term_index.get(term)
             if j is None:
@@ -134,7 +126,7 @@ def build(ids: Sequence[str], token_lists: Sequence[Sequence[str]], k1: float = 
     terms: list[str] = []
     indptr, indices, data = _count_rows(token_lists, {}, terms)
     counts = sp.csr_matrix((data, indices, indptr), shape=(len(ids), len(terms)))
-    return LexicalIndex(tuple(ids), tuple(terms), counts, k1, b)
+    return LexicalIndex(tuple(ids), tuple(terms), counts.tocsc(), k1, b)
 
 
 def update(index: LexicalIndex, remove: Iterable[str], add_ids: Sequence[str],
@@ -153,9 +145,9 @@ def update(index: LexicalIndex, remove: Iterable[str], add_ids: Sequence[str],
     terms = list(index.terms)
     term_index = dict(index.term_index)
     indptr, indices, data = _count_rows(add_tokens, term_index, terms)
-    kept = index.counts[keep]
+    kept = index.postings.tocsr()[keep]
     kept.resize((kept.shape[0], len(terms)))
     new = sp.csr_matrix((data, indices, indptr), shape=(len(add_ids), len(terms)))
     counts = sp.vstack([kept, new], format="csr", dtype=np.float32)
     ids = tuple(d for d, k in zip(index.ids, keep) if k) + tuple(add_ids)
-    return LexicalIndex(ids, tuple(terms), counts, index.k1, index.b)
+    return LexicalIndex(ids, tuple(terms), counts.tocsc(), index.k1, index.b)

@@ -5,7 +5,9 @@ Layout:
 - `segments/<artifact>/<version>-<seq>.*`: immutable segments (`store/segment.py`);
 - `versions/NNNNNN.json`: a version's manifest, naming the segments of each artifact;
 - `versions/.tmp-N-pid`: version N reserved by a live writer;
-- `CURRENT`: the published version.
+- `CURRENT`: the published version;
+- `derived/`: read structures that readers derive from a version, shared by a node's readers
+  (`store/derived.py`); a cache, removed with its version.
 
 A new version writes segments for the rows that changed, fsyncs them, then its manifest (temp
 file, fsync, rename), then moves `CURRENT` the same way; everything else is referenced from
@@ -33,6 +35,7 @@ import pyarrow as pa
 
 from hygraph.errors import InputError, StoreError
 from hygraph.processes import pid_alive
+from hygraph.store import derived
 from hygraph.store.artifacts import ARTIFACTS, Artifact, RowT
 from hygraph.store.files import fsync_dir, write_atomic
 from hygraph.store.manifest import Manifest, TableRef
@@ -155,6 +158,7 @@ class IndexStore:
             raise InputError(f"index directory {self.root} is not a directory")
         self.versions_dir = self.root / "versions"
         self.segments_dir = self.root / "segments"
+        self.derived_dir = self.root / "derived"  # read structures derived from a version (store/derived.py)
         ident = self.root / "index.json"
         if create:
             self.versions_dir.mkdir(exist_ok=True)
@@ -273,6 +277,7 @@ class IndexStore:
                     n_bytes += f.stat().st_size
                     n_files += 1
                     f.unlink()
+            derived.remove_unused(self.derived_dir, {derived.directory_name(self.uid, v) for v in self.versions()})
             fsync_dir(self.versions_dir)
         return GcResult(removed, n_files, n_bytes, named)
 

@@ -5,13 +5,14 @@ so Retriever replicas on one node share the version's pages. A summary's leaves 
 its children on demand (iterated in sorted order, tested with `in` by walking up its parents),
 so no version stores the large leaf lists of the upper layers.
 
-Two structures are whole-collection by nature and are derived in memory when a version is
-loaded, in Arrow and numpy over the mapped columns: the BM25 indexes (corpus statistics span
-every document; the stored rows are per document so that an update writes only its own) and
-the hybrid graph with its PageRank walk (a power iteration touches every node). Their load-time
-temporaries are handed back to the operating system once a view is built (`release_freed_memory`):
-Arrow's allocator and glibc's otherwise keep the freed pages, and a replica would stay at its
-load peak (tens of MiB per version swap).
+Two structures are whole-collection by nature and are derived from a version rather than stored
+with it: the BM25 indexes (corpus statistics span every document; the stored rows are per document
+so that an update writes only its own) and the hybrid graph with its PageRank walk (a power
+iteration touches every node). The first reader on a node derives them, in Arrow and numpy over the
+mapped columns, and writes them as arrays that every reader then maps (store/derived.py), so a
+node's replicas share them too. The load's temporaries are handed back to the operating system once
+a view is built (`release_freed_memory`): Arrow's allocator and glibc's otherwise keep the freed
+pages, and a replica would stay at its load peak (tens of MiB per version swap).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import heapq
+import logging
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
@@ -28,6 +32,7 @@ import scipy.sparse as sp
 
 from hygraph.core.graph import HybridGraph
 from hygraph.core.lexical import LexicalIndex
+from hygraph.core.ppr import Walk
 from hygraph.core.retrieval.propagation import walk_for
 from hygraph.core.retrieval.view import IndexView
 from hygraph.errors import StoreError
@@ -35,10 +40,12 @@ from hygraph.model import SummaryNode
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, LEXICAL_CHUNKS, LEXICAL_ENTITIES,
                                      NODE_CHUNK, NODE_ENTITY, NODE_HYPEREDGE, PARENTS, RELATIONS, SUMMARIES, TERMS,
                                      Artifact, PostingsRow)
+from hygraph.store import derived
 from hygraph.store.table import Table
 from hygraph.store.versions import Version
 
 V = TypeVar("V")
+log = logging.getLogger(__name__)
 
 
 class _Keyed(Mapping[str, V], Generic[V]):
@@ -194,7 +201,7 @@ def lexical_index(version: Version, artifact: Artifact[PostingsRow]) -> LexicalI
     matrix = sp.csr_matrix((_numbers(counts.flatten(), np.int64).astype(np.float32), codes, indptr),
                            shape=(len(ids), len(encoded.dictionary)))
     matrix.sort_indices()
-    return LexicalIndex(tuple(ids.to_pylist()), tuple(encoded.dictionary.to_pylist()), matrix)
+    return LexicalIndex(tuple(ids.to_pylist()), tuple(encoded.dictionary.to_pylist()), matrix.tocsc())
 
 
 def _positions(values: pa.Array, nodes: pa.Array, what: str) -> np.ndarray:
@@ -248,6 +255,104 @@ def release_freed_memory() -> None:
         _TRIM(0)
 
 
+@dataclass
+class Structures:
+    """What a version's view derives from all of its rows."""
+
+    chunk_lexical: LexicalIndex | None = None
+    entity_lexical: LexicalIndex | None = None
+    graph: HybridGraph | None = None
+    walk: Walk | None = None
+
+
+def _derive(version: Version) -> Structures:
+    out = Structures()
+    if version.has(LEXICAL_CHUNKS):
+        out.chunk_lexical = lexical_index(version, LEXICAL_CHUNKS)
+    if version.has(ENTITIES):
+        if version.has(LEXICAL_ENTITIES):
+            out.entity_lexical = lexical_index(version, LEXICAL_ENTITIES)
+        out.graph = _graph(version)
+        out.walk = walk_for(out.graph, _col(version, CHUNKS, "doc_id"), _col(version, DOCUMENTS, "title"))
+    return out
+
+
+def _write_structures(directory: Path, got: Structures) -> None:
+    arrays: dict[str, np.ndarray] = {}
+    strings: dict[str, Sequence[str]] = {}
+    for name, lex in (("chunk_lexical", got.chunk_lexical), ("entity_lexical", got.entity_lexical)):
+        if lex is not None:
+            arrays.update(_sparse(name, lex.postings))
+            arrays[f"{name}.params"] = np.array([lex.k1, lex.b], dtype=np.float64)
+            strings[f"{name}.ids"], strings[f"{name}.terms"] = lex.ids, lex.terms
+    if got.graph is not None and got.walk is not None:
+        g = got.graph
+        arrays.update(_sparse("graph.adjacency", g.adjacency))
+        arrays["graph.sizes"] = np.array([len(g.chunk_ids), len(g.entity_ids), len(g.hyperedge_ids)], np.int64)
+        arrays["graph.relation_heads"], arrays["graph.relation_tails"] = g.relation_heads, g.relation_tails
+        arrays.update(_sparse("walk", got.walk.matrix))
+        arrays["walk.dangling"] = got.walk.dangling
+        strings["graph.nodes"], strings["graph.relations"] = g.node_ids, g.relation_ids
+    derived.write(directory, arrays, strings, indexed=("chunk_lexical.terms", "entity_lexical.terms", "graph.nodes"))
+
+
+def _sparse(name: str, matrix: sp.csr_matrix | sp.csc_matrix) -> dict[str, np.ndarray]:
+    return {f"{name}.data": matrix.data, f"{name}.indices": matrix.indices, f"{name}.indptr": matrix.indptr,
+            f"{name}.shape": np.array(matrix.shape, dtype=np.int64)}
+
+
+def _mapped_sparse(d: derived.Derived, name: str, kind: type[sp.csr_matrix] | type[sp.csc_matrix]) -> Any:
+    # The index arrays were written with the dtype scipy chose for them, so it keeps the mapped arrays (no copy).
+    shape = tuple(int(n) for n in d.array(f"{name}.shape"))
+    return kind((d.array(f"{name}.data"), d.array(f"{name}.indices"), d.array(f"{name}.indptr")), shape=shape)
+
+
+def _mapped_lexical(d: derived.Derived, name: str) -> LexicalIndex:
+    k1, b = (float(x) for x in d.array(f"{name}.params"))
+    terms = d.index(f"{name}.terms")
+    return LexicalIndex(d.strings(f"{name}.ids"), terms.strings, _mapped_sparse(d, name, sp.csc_matrix), k1, b,
+                        lookup=terms)
+
+
+def _read_structures(d: derived.Derived, version: Version) -> Structures:
+    out = Structures()
+    if version.has(LEXICAL_CHUNKS):
+        out.chunk_lexical = _mapped_lexical(d, "chunk_lexical")
+    if version.has(ENTITIES):
+        if version.has(LEXICAL_ENTITIES):
+            out.entity_lexical = _mapped_lexical(d, "entity_lexical")
+        nodes = d.index("graph.nodes")
+        n_chunks, n_entities, n_hyperedges = (int(n) for n in d.array("graph.sizes"))
+        first_hyperedge = n_chunks + n_entities
+        out.graph = HybridGraph(
+            chunk_ids=nodes.strings.part(0, n_chunks), entity_ids=nodes.strings.part(n_chunks, first_hyperedge),
+            hyperedge_ids=nodes.strings.part(first_hyperedge, first_hyperedge + n_hyperedges),
+            adjacency=_mapped_sparse(d, "graph.adjacency", sp.csr_matrix),
+            relation_ids=d.strings("graph.relations"), relation_heads=d.array("graph.relation_heads"),
+            relation_tails=d.array("graph.relation_tails"), lookup=nodes)
+        out.walk = Walk(_mapped_sparse(d, "walk", sp.csc_matrix), d.array("walk.dangling"))
+    return out
+
+
+_unshared_warned: set[str] = set()
+
+
+def structures(version: Version) -> Structures:
+    """The version's derived structures, mapped from the node's shared copy (made here if no reader has made it
+    yet), or kept in this process where the index directory cannot be written."""
+    store = version.store
+    try:
+        d = derived.shared(store.derived_dir, derived.directory_name(store.uid, version.version),
+                           lambda directory: _write_structures(directory, _derive(version)))
+    except OSError as exc:
+        if str(store.root) not in _unshared_warned:
+            _unshared_warned.add(str(store.root))
+            log.warning("cannot write the shared read structures under %s (%s): each process keeps its own copy",
+                        store.derived_dir, exc)
+        return _derive(version)
+    return _read_structures(d, version)
+
+
 def load_view(version: Version) -> IndexView:
     view = _load_view(version)
     release_freed_memory()
@@ -258,14 +363,11 @@ def _load_view(version: Version) -> IndexView:
     view = IndexView(version=version.version, chunk_text=_col(version, CHUNKS, "text"),
                      chunk_doc=_col(version, CHUNKS, "doc_id"), titles=_col(version, DOCUMENTS, "title"),
                      doc_chunks=_col(version, DOCUMENTS, "chunks"))
-    if version.has(LEXICAL_CHUNKS):
-        view.chunk_lexical = lexical_index(version, LEXICAL_CHUNKS)
+    got = structures(version)
+    view.chunk_lexical, view.entity_lexical, view.graph, view.walk = (
+        got.chunk_lexical, got.entity_lexical, got.graph, got.walk)
     if not version.has(ENTITIES):
         return view
-    if version.has(LEXICAL_ENTITIES):
-        view.entity_lexical = lexical_index(version, LEXICAL_ENTITIES)
-    view.graph = _graph(version)
-    view.walk = walk_for(view.graph, view.chunk_doc, view.titles)
     view.entity_name = _col(version, ENTITIES, "name")
     view.entity_desc = _col(version, ENTITIES, "description")
     view.entity_score = _col(version, ENTITIES, "score")

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from hygraph.config import MODES
+from hygraph.core import lexical
 from hygraph.store.artifacts import CHUNKS, ENTITIES, GRAPH, HYPERPLANES, LEXICAL_CHUNKS, LEXICAL_ENTITIES, RELATIONS
+from hygraph.store import derived, view_loader
 from hygraph.store.versions import IndexStore
 from tests.index_tables import chunks_of, leaves
 from tests.integration.conftest import DATA, cli_env, last_json, run_cli
@@ -41,6 +44,38 @@ def test_graph_index_has_every_part(built_index):
     # The BM25 postings: a row per chunk and per entity.
     assert sorted(version.table(LEXICAL_CHUNKS).values("id")) == sorted(version.table(CHUNKS).values("id"))
     assert sorted(version.table(LEXICAL_ENTITIES).values("id")) == sorted(version.table(ENTITIES).values("id"))
+
+
+def test_shared_read_structures_equal_those_derived_in_the_process(built_index, tmp_path):
+    """The BM25 indexes, graph and walk a reader maps from the node's shared files (store/derived.py) are the ones
+    it derives itself where the index directory cannot be written; a second reader maps them, computing nothing."""
+    index_dir, _ = built_index
+    version = IndexStore(index_dir).open()
+    shared = view_loader.structures(version)
+    name = derived.directory_name(version.store.uid, version.version)
+    assert (version.store.derived_dir / name / "DONE").is_file()
+    mtime = (version.store.derived_dir / name / "DONE").stat().st_mtime_ns
+    again = view_loader.structures(IndexStore(index_dir).open())
+    assert (version.store.derived_dir / name / "DONE").stat().st_mtime_ns == mtime
+    (tmp_path / "file").write_text("")
+    version.store.derived_dir = tmp_path / "file" / "derived"  # not a directory: the structures stay in memory
+    own = view_loader.structures(version)
+    assert isinstance(own.graph.node_index, dict) and not isinstance(shared.graph.node_index, dict)
+    for got in (shared, again):
+        for mine, theirs in ((got.chunk_lexical, own.chunk_lexical), (got.entity_lexical, own.entity_lexical)):
+            assert list(mine.ids) == list(theirs.ids) and list(mine.terms) == list(theirs.terms)
+            assert (mine.postings != theirs.postings).nnz == 0
+            assert all(mine.term_index[t] == j for j, t in enumerate(theirs.terms))
+            for question in ("Who directed the film?", "Which magazine was started first", "zzz qqq"):
+                terms = lexical.analyze(question)
+                assert mine.top_k(terms, 10) == theirs.top_k(terms, 10)
+        g, h = got.graph, own.graph
+        assert [list(x) for x in (g.chunk_ids, g.entity_ids, g.hyperedge_ids, g.relation_ids)] == \
+            [list(x) for x in (h.chunk_ids, h.entity_ids, h.hyperedge_ids, h.relation_ids)]
+        assert all(g.node_index[n] == i for n, i in h.node_index.items()) and "no such node" not in g.node_index
+        assert (g.adjacency != h.adjacency).nnz == 0
+        assert np.array_equal(g.relation_heads, h.relation_heads) and np.array_equal(g.relation_tails, h.relation_tails)
+        assert (got.walk.matrix != own.walk.matrix).nnz == 0 and np.array_equal(got.walk.dangling, own.walk.dangling)
 
 
 def test_every_mode_answers_through_eval(built_index, hotpot_subset):

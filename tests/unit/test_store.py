@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hygraph.errors import InputError, StoreError
-from hygraph.store import segment
+from hygraph.store import derived, segment
 from hygraph.store.artifacts import CHUNKS, DOCUMENTS, ChunkRow, DocumentRow
 from hygraph.store.manifest import Manifest, PendingSummaries
 from hygraph.store.versions import IndexStore
@@ -146,8 +146,13 @@ def test_gc_removes_old_versions_and_only_unreferenced_segments(tmp_path):
         v = _commit(store, store.open(v).table(DOCUMENTS), rows=_docs(f"n{i}"), dead=["b"] if i == 0 else [])
     reader = store.open(1).table(DOCUMENTS)  # a reader still on version 1 maps its segments
     full = _commit(store, replace=_docs("fresh"))  # a rebuild: nothing shared with the versions before
+    for version in (1, full):  # what readers derived from two of the versions (store/derived.py)
+        derived.shared(store.derived_dir, derived.directory_name(store.uid, version),
+                       lambda d: derived.write(d, {"a": np.ones(1)}, {}))
     result = store.gc(keep=1, grace_s=0.0)
     assert result.versions == [1, 2, 3, 4] and store.versions() == [full]
+    assert sorted(p.name for p in store.derived_dir.iterdir()) == [
+        f"{derived.directory_name(store.uid, full)}{suffix}" for suffix in ("", ".lock")]
     assert sorted(p.name.split(".")[0] for p in (tmp_path / "segments" / "documents").iterdir()) == ["000005-0"] * 2
     assert reader.value("b", "title") == "title b"  # its mapping outlives the files
     assert sorted(store.open().table(DOCUMENTS).ids()) == ["fresh"]

@@ -1,0 +1,200 @@
+"""A version's derived read structures as files that every reader on a node maps: computed once, shared.
+
+Some read structures follow from a whole version and are not stored with it (the BM25 statistics
+and the hybrid graph's walk span every document; a version writes only the rows that changed). A
+reader derives them when it loads a version, and N Retriever replicas on a node held N private
+copies of them. Here the first reader writes them as plain arrays under
+`derived/<index uid>-<version>/` of the index directory and every reader maps those files, so the
+replicas of a node share one copy of their pages.
+
+- numbers: one `.npy` file per array, mapped read-only;
+- strings: offsets (int64) and UTF-8 bytes, read in place, with a sorted 64-bit hash index
+  (`segment.key_hash`, like a segment's key index) when they are looked up by value.
+
+The files are a cache, not part of the version: written into a temporary directory and renamed
+into place (a reader sees all of them or none), computed under a lock so that replicas loading the
+same new version compute it once, and removed by garbage collection with their version.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Sequence, overload
+
+import numpy as np
+import pyarrow as pa
+
+from hygraph.errors import StoreError
+from hygraph.store.segment import hashes, key_hash
+
+FORMAT = 1  # the layout below; a reader of another format recomputes
+
+
+class MappedStrings(Sequence[str]):
+    """Strings read in place from offsets and UTF-8 bytes; a part of them is a view of the same buffers."""
+
+    def __init__(self, offsets: np.ndarray, data: memoryview) -> None:
+        self.offsets, self.data = offsets, data
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, row: int) -> str: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> list[str]: ...
+
+    def __getitem__(self, row: int | slice) -> str | list[str]:
+        if isinstance(row, slice):
+            return [self[i] for i in range(*row.indices(len(self)))]
+        n = len(self)
+        if not -n <= row < n:
+            raise IndexError(row)
+        row = row % n
+        return bytes(self.data[self.offsets[row]:self.offsets[row + 1]]).decode("utf-8")
+
+    def part(self, start: int, stop: int) -> "MappedStrings":
+        return MappedStrings(self.offsets[start:stop + 1], self.data)
+
+    def equals(self, row: int, key: bytes) -> bool:
+        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
+        return end - start == len(key) and self.data[start:end] == key
+
+
+class StringIndex(Mapping[str, int]):
+    """Value -> position of mapped strings, through their sorted hashes; the bytes are compared after a hash
+    matches, so a collision never answers a wrong position."""
+
+    def __init__(self, strings: MappedStrings, sorted_hashes: np.ndarray, rows: np.ndarray) -> None:
+        self.strings, self.hashes, self.rows = strings, sorted_hashes, rows
+
+    def get(self, key: object, default: int | None = None) -> int | None:  # type: ignore[override]
+        if not isinstance(key, str):
+            return default
+        h = key_hash(key)
+        i = int(self.hashes.searchsorted(h))
+        raw = None
+        while i < len(self.hashes) and self.hashes[i] == h:
+            row = int(self.rows[i])
+            raw = raw if raw is not None else key.encode("utf-8")
+            if self.strings.equals(row, raw):
+                return row
+            i += 1
+        return default
+
+    def __getitem__(self, key: str) -> int:
+        row = self.get(key)
+        if row is None:
+            raise KeyError(key)
+        return row
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key) is not None
+
+    def __len__(self) -> int:
+        return len(self.strings)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.strings)
+
+
+class Derived:
+    """The mapped files of one derived directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _load(self, name: str) -> np.ndarray:
+        try:
+            # A plain ndarray view of the mapping: numpy's memmap subclass adds a Python call to every index.
+            return np.load(self.directory / f"{name}.npy", mmap_mode="r", allow_pickle=False).view(np.ndarray)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"derived file {self.directory.name}/{name}.npy is unreadable: {exc}") from None
+
+    def array(self, name: str) -> np.ndarray:
+        return self._load(name)
+
+    def strings(self, name: str) -> MappedStrings:
+        return MappedStrings(self._load(f"{name}.offsets"), memoryview(self._load(f"{name}.bytes")).cast("B"))
+
+    def index(self, name: str) -> StringIndex:
+        keys = self._load(f"{name}.keys")
+        return StringIndex(self.strings(name), keys[0], keys[1])
+
+
+def write(directory: Path, arrays: Mapping[str, np.ndarray], strings: Mapping[str, Sequence[str]],
+          indexed: Sequence[str] = ()) -> None:
+    """Arrays and string tables into `directory` (created); `indexed` names the tables looked up by value."""
+    directory.mkdir(parents=True)
+    for name, array in arrays.items():
+        np.save(directory / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+    for name, values in strings.items():
+        encoded = pa.array(list(values), pa.large_string())
+        _, offsets, data = encoded.buffers()
+        np.save(directory / f"{name}.offsets.npy", np.frombuffer(offsets, dtype=np.int64)[:len(encoded) + 1],
+                allow_pickle=False)
+        np.save(directory / f"{name}.bytes.npy",
+                np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8),
+                allow_pickle=False)
+        if name in indexed:
+            keys = hashes(values)
+            order = np.argsort(keys, kind="stable")
+            np.save(directory / f"{name}.keys.npy", np.stack([keys[order], order.astype(np.int64)]),
+                    allow_pickle=False)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def directory_name(uid: str | None, version: int) -> str:
+    return f"{uid or 'index'}-{version:06d}-f{FORMAT}"
+
+
+def shared(root: Path, name: str, compute: Callable[[Path], None]) -> Derived:
+    """The derived directory `root/name`, computed by `compute(directory)` where no process has yet.
+
+    Raises OSError where `root` cannot be written (the caller keeps the structures in memory).
+    """
+    final = root / name
+    if not (final / "DONE").is_file():
+        root.mkdir(exist_ok=True)
+        with _locked(root / f"{name}.lock"):
+            if not (final / "DONE").is_file():
+                tmp = root / f".{name}.{os.getpid()}.tmp"
+                shutil.rmtree(tmp, ignore_errors=True)
+                try:
+                    compute(tmp)
+                    (tmp / "DONE").touch()
+                    shutil.rmtree(final, ignore_errors=True)  # a directory a crash left without DONE
+                    os.rename(tmp, final)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+    return Derived(final)
+
+
+def remove_unused(root: Path, keep: set[str]) -> int:
+    """Remove derived directories and their lock files whose name is not in `keep`; returns how many went.
+    A reader that mapped files of a removed directory keeps reading them (the mapping outlives the name)."""
+    removed = 0
+    for path in root.iterdir() if root.is_dir() else ():
+        name = path.name.removeprefix(".").split(".")[0]
+        if name in keep:
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+        else:
+            path.unlink(missing_ok=True)
+    return removed
