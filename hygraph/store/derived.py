@@ -13,13 +13,18 @@ replicas of a node share one copy of their pages.
 
 The files are a cache, not part of the version: written into a temporary directory and renamed
 into place (a reader sees all of them or none), computed under a lock so that replicas loading the
-same new version compute it once, and removed by garbage collection with their version.
+same new version compute it once. They weigh about a tenth of the version's segments and every
+loaded version has its own, so they do not wait out the versions' grace period: a reader that has
+mapped a version removes the directories of older ones (readers still on those keep their
+mappings; one that loads an older version later derives it again), and garbage collection removes
+any left by versions it removes.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -162,6 +167,9 @@ def directory_name(uid: str | None, version: int) -> str:
     return f"{uid or 'index'}-{version:06d}-f{FORMAT}"
 
 
+_NAME = re.compile(r"^(?P<uid>\w+)-(?P<version>\d{6,})-f(?P<format>\d+)$")
+
+
 def shared(root: Path, name: str, compute: Callable[[Path], None]) -> Derived:
     """The derived directory `root/name`, computed by `compute(directory)` where no process has yet.
 
@@ -178,23 +186,28 @@ def shared(root: Path, name: str, compute: Callable[[Path], None]) -> Derived:
                     compute(tmp)
                     (tmp / "DONE").touch()
                     shutil.rmtree(final, ignore_errors=True)  # a directory a crash left without DONE
-                    os.rename(tmp, final)
+                    try:
+                        os.rename(tmp, final)
+                    except OSError:
+                        if not (final / "DONE").is_file():  # not another process's finished copy
+                            raise
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
     return Derived(final)
 
 
-def remove_unused(root: Path, keep: set[str]) -> int:
-    """Remove derived directories and their lock files whose name is not in `keep`; returns how many went.
-    A reader that mapped files of a removed directory keeps reading them (the mapping outlives the name)."""
+def remove(root: Path, keep: Callable[[str, int, int], bool]) -> int:
+    """Remove the derived directories (with their lock and temporary files) for which `keep(uid, version,
+    format)` is false; returns how many directories went. Other files are left alone. A reader that mapped
+    files of a removed directory keeps reading them: a mapping outlives the file's name."""
     removed = 0
     for path in root.iterdir() if root.is_dir() else ():
-        name = path.name.removeprefix(".").split(".")[0]
-        if name in keep:
+        m = _NAME.match(path.name.removeprefix(".").split(".")[0])
+        if m is None or keep(m["uid"], int(m["version"]), int(m["format"])):
             continue
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
-            removed += 1
+            removed += not path.name.startswith(".")
         else:
             path.unlink(missing_ok=True)
     return removed

@@ -277,7 +277,8 @@ class IndexStore:
                     n_bytes += f.stat().st_size
                     n_files += 1
                     f.unlink()
-            derived.remove_unused(self.derived_dir, {derived.directory_name(self.uid, v) for v in self.versions()})
+            live = set(self.versions())
+            derived.remove(self.derived_dir, lambda uid, v, fmt: (uid, fmt) == (self.uid, derived.FORMAT) and v in live)
             fsync_dir(self.versions_dir)
         return GcResult(removed, n_files, n_bytes, named)
 

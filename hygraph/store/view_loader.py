@@ -344,13 +344,15 @@ def structures(version: Version) -> Structures:
     try:
         d = derived.shared(store.derived_dir, derived.directory_name(store.uid, version.version),
                            lambda directory: _write_structures(directory, _derive(version)))
-    except OSError as exc:
+        got = _read_structures(d, version)
+    except (OSError, StoreError) as exc:  # unwritable, or removed by a reader of a newer version meanwhile
         if str(store.root) not in _unshared_warned:
             _unshared_warned.add(str(store.root))
-            log.warning("cannot write the shared read structures under %s (%s): each process keeps its own copy",
-                        store.derived_dir, exc)
+            log.warning("cannot share the read structures of version %d under %s (%s): this process keeps "
+                        "its own copy", version.version, store.derived_dir, exc)
         return _derive(version)
-    return _read_structures(d, version)
+    derived.remove(store.derived_dir, lambda uid, v, fmt: uid != store.uid or v >= version.version)
+    return got
 
 
 def load_view(version: Version) -> IndexView:

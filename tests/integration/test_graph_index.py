@@ -48,10 +48,14 @@ def test_graph_index_has_every_part(built_index):
 
 def test_shared_read_structures_equal_those_derived_in_the_process(built_index, tmp_path):
     """The BM25 indexes, graph and walk a reader maps from the node's shared files (store/derived.py) are the ones
-    it derives itself where the index directory cannot be written; a second reader maps them, computing nothing."""
+    it derives itself where the index directory cannot be written; a second reader maps them, computing nothing;
+    a reader removes what readers of older versions derived."""
     index_dir, _ = built_index
     version = IndexStore(index_dir).open()
+    older = version.store.derived_dir / derived.directory_name(version.store.uid, version.version - 1)
+    older.mkdir(parents=True, exist_ok=True)  # what a reader of the version before left
     shared = view_loader.structures(version)
+    assert not older.exists()
     name = derived.directory_name(version.store.uid, version.version)
     assert (version.store.derived_dir / name / "DONE").is_file()
     mtime = (version.store.derived_dir / name / "DONE").stat().st_mtime_ns

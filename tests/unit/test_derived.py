@@ -102,11 +102,15 @@ def test_an_unwritable_root_raises_os_error(tmp_path: Path) -> None:
         derived.shared(tmp_path / "file" / "derived", "v1", lambda d: derived.write(d, {}, {}))
 
 
-def test_remove_unused_keeps_the_named_directories(tmp_path: Path) -> None:
+def test_remove_takes_what_keep_refuses_and_leaves_other_files(tmp_path: Path) -> None:
     root = tmp_path / "derived"
-    for name in ("u-000001-f1", "u-000002-f1"):
-        derived.shared(root, name, lambda d: derived.write(d, {"a": np.ones(1)}, {}))
-    (root / ".u-000003-f1.99.tmp").mkdir()
-    assert derived.remove_unused(root, {"u-000002-f1"}) == 2
-    assert sorted(p.name for p in root.iterdir()) == ["u-000002-f1", "u-000002-f1.lock"]
-    assert derived.remove_unused(tmp_path / "absent", set()) == 0
+    for version in (1, 2, 3):
+        derived.shared(root, derived.directory_name("u", version), lambda d: derived.write(d, {"a": np.ones(1)}, {}))
+    (root / f".{derived.directory_name('u', 1)}.99.tmp").mkdir()
+    (root / "notes.txt").write_text("")
+    assert derived.remove(root, lambda uid, version, fmt: version >= 2) == 1
+    assert sorted(p.name for p in root.iterdir()) == [
+        "notes.txt", "u-000002-f1", "u-000002-f1.lock", "u-000003-f1", "u-000003-f1.lock"]
+    assert derived.remove(root, lambda uid, version, fmt: uid != "u") == 2
+    assert sorted(p.name for p in root.iterdir()) == ["notes.txt"]
+    assert derived.remove(tmp_path / "absent", lambda *_: False) == 0
