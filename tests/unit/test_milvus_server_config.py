@@ -155,3 +155,47 @@ def test_a_server_that_exits_while_starting_is_started_again(tmp_path, monkeypat
     else:
         server._spawn(None)
     assert len(calls) == starts
+
+
+def test_the_password_check_waits_out_any_refusal_of_a_starting_server(tmp_path, monkeypatch):
+    """A server electing its etcd leader refuses with gRPC errors, not only MilvusException: each is "not yet",
+    the default password is then replaced, and a server that never accepts ends at the deadline with its answer."""
+    import pymilvus
+
+    server = ms.StandaloneServer(tmp_path)
+    password = server.secret()["password"]
+    changed: list[str] = []
+    refusals = iter([ConnectionResetError("reset by peer"), RuntimeError("leader changed")])
+
+    class Client:
+        def __init__(self, uri: str, token: str, timeout: float) -> None:
+            refusal = next(refusals, None)
+            if refusal is not None:
+                raise refusal
+            self.token = token
+
+        def update_password(self, user, old, new, timeout):  # noqa: ANN001 - MilvusClient's signature
+            changed.append(new)
+
+        def list_collections(self, timeout):  # noqa: ANN001
+            if self.token != f"root:{password}" or not changed:
+                raise RuntimeError("auth failed")
+            return []
+
+        def close(self) -> None:
+            pass
+
+    class Alive:
+        returncode = None
+
+        def poll(self):  # noqa: ANN201
+            return None
+
+    monkeypatch.setattr(pymilvus, "MilvusClient", Client)
+    monkeypatch.setattr(ms.time, "sleep", lambda s: None)
+    server._ensure_password(Alive(), {"port": 1}, ms.time.monotonic() + 60)
+    assert changed == [password]
+
+    refusals = iter(lambda: RuntimeError("still electing"), None)
+    with pytest.raises(StoreUnavailable, match="did not answer within .*still electing"):
+        server._ensure_password(Alive(), {"port": 1}, ms.time.monotonic() - 1)

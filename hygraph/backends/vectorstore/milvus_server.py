@@ -445,29 +445,34 @@ class StandaloneServer(ManagedServer):
         # Imported here, not at the top: the watchdog, which only stops servers, stays without pymilvus.
         import hygraph.backends.vectorstore.milvus  # noqa: F401  (imports pymilvus and quiets its logger)
         from pymilvus import MilvusClient
-        from pymilvus.exceptions import MilvusException
 
         uri, password = f"http://{HOST}:{state['port']}", self.secret()["password"]
 
-        def attempt(token: str, change: bool) -> bool:
+        def attempt(token: str, change: bool) -> str | None:
+            """None once the call succeeded, else what the server said. A starting server refuses in more ways
+            than MilvusException (gRPC errors while etcd elects a leader, connection resets): each is a "not
+            yet" until the deadline, never a reason to kill a server that is still coming up."""
             try:
                 client = MilvusClient(uri=uri, token=token, timeout=5)
-            except MilvusException:
-                return False
+            except Exception as exc:  # noqa: BLE001 (see above; bounded by the deadline)
+                return f"{type(exc).__name__}: {exc}"
             try:
                 if change:
                     client.update_password("root", DEFAULT_ROOT_PASSWORD, password, timeout=10)
                 else:
                     client.list_collections(timeout=10)
-                return True
-            except MilvusException:
-                return False
+                return None
+            except Exception as exc:  # noqa: BLE001
+                return f"{type(exc).__name__}: {exc}"
             finally:
                 client.close()
 
-        while not attempt(f"root:{password}", False):
+        while (refused := attempt(f"root:{password}", False)) is not None:
             attempt(f"root:{DEFAULT_ROOT_PASSWORD}", True)
-            self._check_alive(proc, deadline)
+            try:
+                self._check_alive(proc, deadline)
+            except StoreUnavailable as exc:
+                raise StoreUnavailable(f"{exc}; its last answer to the password check: {refused[:300]}") from None
             time.sleep(0.3)
 
     def _after_exit(self, state: dict[str, Any]) -> None:
