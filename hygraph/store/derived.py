@@ -4,7 +4,7 @@ Some read structures follow from a whole version and are not stored with it (the
 and the hybrid graph's walk span every document; a version writes only the rows that changed). A
 reader derives them when it loads a version, and N Retriever replicas on a node held N private
 copies of them. Here the first reader writes them as plain arrays under
-`derived/<index uid>-<version>/` of the index directory and every reader maps those files, so the
+`derived/<index uid>-<version>-f<format>/` of the index directory and every reader maps those files, so the
 replicas of a node share one copy of their pages.
 
 - numbers: one `.npy` file per array, mapped read-only;
@@ -13,7 +13,7 @@ replicas of a node share one copy of their pages.
 
 The files are a cache, not part of the version: written into a temporary directory and renamed
 into place (a reader sees all of them or none), computed under a lock so that replicas loading the
-same new version compute it once. They weigh about a tenth of the version's segments and every
+same new version compute it once. They weigh about a seventh of the version's segments and every
 loaded version has its own, so they do not wait out the versions' grace period: a reader that has
 mapped a version removes the directories of older ones (readers still on those keep their
 mappings; one that loads an older version later derives it again), and garbage collection removes
@@ -22,11 +22,9 @@ any left by versions it removes.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence, overload
 
@@ -34,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from hygraph.errors import StoreError
+from hygraph.processes import locked
 from hygraph.store.segment import hashes, key_hash
 
 FORMAT = 1  # the layout below; a reader of another format recomputes
@@ -153,16 +152,6 @@ def write(directory: Path, arrays: Mapping[str, np.ndarray], strings: Mapping[st
                     allow_pickle=False)
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def directory_name(uid: str | None, version: int) -> str:
     return f"{uid or 'index'}-{version:06d}-f{FORMAT}"
 
@@ -178,7 +167,7 @@ def shared(root: Path, name: str, compute: Callable[[Path], None]) -> Derived:
     final = root / name
     if not (final / "DONE").is_file():
         root.mkdir(exist_ok=True)
-        with _locked(root / f"{name}.lock"):
+        with locked(root / f"{name}.lock"):
             if not (final / "DONE").is_file():
                 tmp = root / f".{name}.{os.getpid()}.tmp"
                 shutil.rmtree(tmp, ignore_errors=True)

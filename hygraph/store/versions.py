@@ -19,14 +19,13 @@ all of them) into one, as a version of its own with the same content.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
 import shutil
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -34,7 +33,7 @@ from typing import Any, Iterator, Sequence
 import pyarrow as pa
 
 from hygraph.errors import InputError, StoreError
-from hygraph.processes import pid_alive
+from hygraph.processes import locked, pid_alive
 from hygraph.store import derived
 from hygraph.store.artifacts import ARTIFACTS, Artifact, RowT
 from hygraph.store.files import fsync_dir, write_atomic
@@ -171,14 +170,8 @@ class IndexStore:
     def segment_dir(self, artifact: str) -> Path:
         return self.segments_dir / artifact
 
-    @contextmanager
-    def lock(self) -> Iterator[None]:
-        with (self.root / ".lock").open("a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+    def lock(self) -> AbstractContextManager[None]:
+        return locked(self.root / ".lock")
 
     def versions(self) -> list[int]:
         if not self.versions_dir.is_dir():

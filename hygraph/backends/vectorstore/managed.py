@@ -17,7 +17,6 @@ Milvus Lite, `lite_server.py`) run under this one lifecycle:
 from __future__ import annotations
 
 import atexit
-import fcntl
 import json
 import os
 import signal
@@ -25,12 +24,12 @@ import socket
 import subprocess
 import time
 import uuid
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from hygraph.errors import StoreError, StoreUnavailable
-from hygraph.processes import pid_alive
+from hygraph.processes import locked, pid_alive
 
 STOP_GRACE_S = 10.0
 EXITED_WHILE_STARTING = "exited while starting"  # the StoreUnavailable of a server that died before it answered
@@ -68,17 +67,6 @@ def free_ports(n: int, avoid: Iterable[int] = ()) -> list[int]:
     if len(chosen) < n:
         raise OSError(f"could not find {n} free ports")
     return chosen
-
-
-@contextmanager
-def locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def reap(pid: int) -> None:

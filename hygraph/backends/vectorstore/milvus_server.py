@@ -51,9 +51,9 @@ from typing import Any
 import yaml
 
 from hygraph.backends.vectorstore import netns
-from hygraph.backends.vectorstore.managed import EXITED_WHILE_STARTING, ManagedServer, free_ports, listening, locked
+from hygraph.backends.vectorstore.managed import EXITED_WHILE_STARTING, ManagedServer, free_ports, listening
 from hygraph.errors import StoreError, StoreUnavailable
-from hygraph.processes import pid_alive
+from hygraph.processes import locked, pid_alive
 
 HOST = "127.0.0.1"
 DEFAULT_ROOT_PASSWORD = "Milvus"  # what a fresh 2.3.5 server accepts for `root` until it is changed
