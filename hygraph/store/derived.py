@@ -26,55 +26,23 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence, overload
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from hygraph.errors import StoreError
 from hygraph.processes import locked
-from hygraph.store.segment import hashes, key_hash
+from hygraph.store.segment import Strings, hashes, key_hash
 
 FORMAT = 1  # the layout below; a reader of another format recomputes
-
-
-class MappedStrings(Sequence[str]):
-    """Strings read in place from offsets and UTF-8 bytes; a part of them is a view of the same buffers."""
-
-    def __init__(self, offsets: np.ndarray, data: memoryview) -> None:
-        self.offsets, self.data = offsets, data
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @overload
-    def __getitem__(self, row: int) -> str: ...
-
-    @overload
-    def __getitem__(self, row: slice) -> list[str]: ...
-
-    def __getitem__(self, row: int | slice) -> str | list[str]:
-        if isinstance(row, slice):
-            return [self[i] for i in range(*row.indices(len(self)))]
-        n = len(self)
-        if not -n <= row < n:
-            raise IndexError(row)
-        row = row % n
-        return bytes(self.data[self.offsets[row]:self.offsets[row + 1]]).decode("utf-8")
-
-    def part(self, start: int, stop: int) -> "MappedStrings":
-        return MappedStrings(self.offsets[start:stop + 1], self.data)
-
-    def equals(self, row: int, key: bytes) -> bool:
-        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
-        return end - start == len(key) and self.data[start:end] == key
 
 
 class StringIndex(Mapping[str, int]):
     """Value -> position of mapped strings, through their sorted hashes; the bytes are compared after a hash
     matches, so a collision never answers a wrong position."""
 
-    def __init__(self, strings: MappedStrings, sorted_hashes: np.ndarray, rows: np.ndarray) -> None:
+    def __init__(self, strings: Strings, sorted_hashes: np.ndarray, rows: np.ndarray) -> None:
         self.strings, self.hashes, self.rows = strings, sorted_hashes, rows
 
     def get(self, key: object, default: int | None = None) -> int | None:  # type: ignore[override]
@@ -120,11 +88,15 @@ class Derived:
         except (OSError, ValueError) as exc:
             raise StoreError(f"derived file {self.directory.name}/{name}.npy is unreadable: {exc}") from None
 
+    def has(self, name: str) -> bool:
+        """Whether the array or string table `name` was written."""
+        return any((self.directory / f"{name}{suffix}.npy").is_file() for suffix in ("", ".offsets"))
+
     def array(self, name: str) -> np.ndarray:
         return self._load(name)
 
-    def strings(self, name: str) -> MappedStrings:
-        return MappedStrings(self._load(f"{name}.offsets"), memoryview(self._load(f"{name}.bytes")).cast("B"))
+    def strings(self, name: str) -> Strings:
+        return Strings(self._load(f"{name}.offsets"), memoryview(self._load(f"{name}.bytes")).cast("B"))
 
     def index(self, name: str) -> StringIndex:
         keys = self._load(f"{name}.keys")
@@ -166,7 +138,6 @@ def shared(root: Path, name: str, compute: Callable[[Path], None]) -> Derived:
     """
     final = root / name
     if not (final / "DONE").is_file():
-        root.mkdir(exist_ok=True)
         with locked(root / f"{name}.lock"):
             if not (final / "DONE").is_file():
                 tmp = root / f".{name}.{os.getpid()}.tmp"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, overload
 
 import numpy as np
 import pyarrow as pa
@@ -86,18 +86,42 @@ def _open_ipc(path: Path) -> pa.RecordBatch:
     return reader.get_batch(0)
 
 
-class _Strings:
-    """A string column read in place: offsets and bytes of the mapped buffers."""
+class Strings(Sequence[str]):
+    """Strings read in place from mapped buffers: int64 offsets and UTF-8 bytes (a segment's string column,
+    a derived string table); a part of them is a view of the same buffers."""
 
-    def __init__(self, array: pa.Array) -> None:
+    def __init__(self, offsets: np.ndarray, data: memoryview) -> None:
+        self.offsets, self.data = offsets, data
+
+    @classmethod
+    def of(cls, array: pa.Array) -> "Strings":
         array = array.cast(pa.large_string()) if array.type != pa.large_string() else array
         _, offsets, data = array.buffers()
-        self.offsets = np.frombuffer(offsets, dtype=np.int64)[array.offset:array.offset + len(array) + 1]
         # Bytes compare as unsigned: an Arrow buffer's own memoryview format is signed char.
-        self.data = memoryview(data).cast("B") if data is not None else memoryview(b"")
+        return cls(np.frombuffer(offsets, dtype=np.int64)[array.offset:array.offset + len(array) + 1],
+                   memoryview(data).cast("B") if data is not None else memoryview(b""))
 
-    def __getitem__(self, row: int) -> str:
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, row: int) -> str: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> list[str]: ...
+
+    def __getitem__(self, row: int | slice) -> str | list[str]:
+        if isinstance(row, slice):
+            return [self[i] for i in range(*row.indices(len(self)))]
+        if row < 0:
+            row += len(self)
+            if row < 0:
+                raise IndexError(row)
+        # Past the end, offsets[row + 1] raises the IndexError that ends an iteration.
         return bytes(self.data[self.offsets[row]:self.offsets[row + 1]]).decode("utf-8")
+
+    def part(self, start: int, stop: int) -> "Strings":
+        return Strings(self.offsets[start:stop + 1], self.data)
 
     def equals(self, row: int, key: bytes) -> bool:
         start, end = int(self.offsets[row]), int(self.offsets[row + 1])
@@ -145,7 +169,7 @@ class _Scalars:
 def _reader(column: Column, array: pa.Array) -> Any:
     kind = column.kind
     if kind is Kind.STR:
-        return _Strings(array)
+        return Strings.of(array)
     if kind in (Kind.INT, Kind.FLOAT):
         return _Scalars(array)
     if kind is Kind.STRS:
@@ -164,7 +188,7 @@ class Segment:
             self.batch = _open_ipc(directory / f"{name}.arrow")
             index = np.load(directory / f"{name}.keys.npy", mmap_mode="r", allow_pickle=False)
             dead_path = directory / f"{name}.dead.arrow"
-            self.dead = _Strings(_open_ipc(dead_path).column(0)) if dead_path.is_file() else None
+            self.dead = Strings.of(_open_ipc(dead_path).column(0)) if dead_path.is_file() else None
         except (OSError, pa.ArrowInvalid) as exc:
             raise StoreError(f"segment {artifact.name}/{name} is unreadable: {exc}") from None
         # Plain ndarray views of the mapping: numpy's memmap subclass adds a Python call to every index.

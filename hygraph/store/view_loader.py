@@ -196,12 +196,11 @@ def lexical_index(version: Version, artifact: Artifact[PostingsRow]) -> LexicalI
     ids, terms, counts = _arrays(version, artifact, ("id", "terms", "counts"))
     encoded = pc.dictionary_encode(terms.flatten())
     indptr = np.concatenate([[0], np.cumsum(_lengths(terms), dtype=np.int64)])
-    # Arrow's buffers are read-only; the index arrays are copied so that the rows' terms can be sorted in place.
-    codes = _numbers(encoded.indices, encoded.indices.type.to_pandas_dtype()).astype(np.int64)
-    matrix = sp.csr_matrix((_numbers(counts.flatten(), np.int64).astype(np.float32), codes, indptr),
-                           shape=(len(ids), len(encoded.dictionary)))
-    matrix.sort_indices()
-    return LexicalIndex(tuple(ids.to_pylist()), tuple(encoded.dictionary.to_pylist()), matrix.tocsc())
+    # By document as stored, then by term (CSC, with each term's documents in order) as scoring reads it.
+    codes = _numbers(encoded.indices, encoded.indices.type.to_pandas_dtype())
+    by_document = sp.csr_matrix((_numbers(counts.flatten(), np.int64).astype(np.float32), codes, indptr),
+                                shape=(len(ids), len(encoded.dictionary)))
+    return LexicalIndex(tuple(ids.to_pylist()), tuple(encoded.dictionary.to_pylist()), by_document.tocsc())
 
 
 def _positions(values: pa.Array, nodes: pa.Array, what: str) -> np.ndarray:
@@ -314,13 +313,14 @@ def _mapped_lexical(d: derived.Derived, name: str) -> LexicalIndex:
                         lookup=terms)
 
 
-def _read_structures(d: derived.Derived, version: Version) -> Structures:
+def _read_structures(d: derived.Derived) -> Structures:
+    """What `_write_structures` wrote."""
     out = Structures()
-    if version.has(LEXICAL_CHUNKS):
+    if d.has("chunk_lexical.shape"):
         out.chunk_lexical = _mapped_lexical(d, "chunk_lexical")
-    if version.has(ENTITIES):
-        if version.has(LEXICAL_ENTITIES):
-            out.entity_lexical = _mapped_lexical(d, "entity_lexical")
+    if d.has("entity_lexical.shape"):
+        out.entity_lexical = _mapped_lexical(d, "entity_lexical")
+    if d.has("graph.nodes"):
         nodes = d.index("graph.nodes")
         n_chunks, n_entities, n_hyperedges = (int(n) for n in d.array("graph.sizes"))
         first_hyperedge = n_chunks + n_entities
@@ -344,7 +344,7 @@ def structures(version: Version) -> Structures:
     try:
         d = derived.shared(store.derived_dir, derived.directory_name(store.uid, version.version),
                            lambda directory: _write_structures(directory, _derive(version)))
-        got = _read_structures(d, version)
+        got = _read_structures(d)
     except (OSError, StoreError) as exc:  # unwritable, or removed by a reader of a newer version meanwhile
         if str(store.root) not in _unshared_warned:
             _unshared_warned.add(str(store.root))
