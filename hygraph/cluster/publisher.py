@@ -283,7 +283,7 @@ class IndexUpdater:
         live = self.load()
         batch = fold_jobs(jobs, PresentDocuments(IndexState(live.version)))
         points = _Points(self, live)
-        applied = self.applier.apply(live, batch, points.points, points.everything, defer_summaries)
+        applied = self.applier.apply(live, batch, points.points, defer_summaries)
         update = {**applied.stats, "jobs": batch.job_ids}
         version = self._publish(applied, batch.end_offset, update)  # adds what the version wrote: bytes_written
         self.applied_batches += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -140,7 +140,7 @@ class Applier:
         self.cfg, self.embedder, self.llm, self.device = cfg, embedder, llm, device
 
     def apply(self, live: LiveIndex, batch: Batch, points: hyperbolic.Points,
-              all_points: Callable[[], tuple[list[str], np.ndarray]], defer_summaries: bool = False) -> Applied:
+              defer_summaries: bool = False) -> Applied:
         """`defer_summaries`: a batch that only adds leaves its hierarchy step to `summarize_pending` (the
         documents are served at once, their summaries a version later); the pending nodes are kept in
         the manifest, so they survive a restart. What a batch removes or changes is always taken out of
@@ -181,7 +181,7 @@ class Applier:
             rebuilt = self._hierarchy(state, live, new_ids, kc, removed_ids, defer_summaries, delta)
         if state.manifest.hyperbolic is not None:
             hyperbolic.update(state, self.cfg.hyperbolic, live.terms, new_ids, [c.text for c in ing.chunks],
-                              ing.embeddings, removed_ids, points, all_points, delta)
+                              ing.embeddings, removed_ids, points, delta)
             delta.retire("hyperbolic", sorted(set(removed_ids) - set(new_ids)))
         lexical.update(state, removed_ids, new_ids, [c.text for c in ing.chunks],
                        [*kc.new_entities, *kc.removed_entities])

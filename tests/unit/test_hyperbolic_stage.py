@@ -59,3 +59,47 @@ def test_removed_chunks_are_never_partners():
     index.add("c6", sorted(terms[6]), 0)
     partners = {b if a == "c6" else a for a, b in new_edges(index, ["c6"], [terms[6]], 0.15, 10)}
     assert partners and not partners & {"c0", "c2"}
+
+
+def test_a_batch_that_needs_a_larger_norm_bound_fetches_only_stored_points(tmp_path):
+    """Issue 34: the term index already lists the batch's chunks when M must grow; fetching their points
+    from the collection failed the job ('no vector for id'). Only stored chunks are fetched, the new ones
+    come from training, and every vector is rewritten under the new bound."""
+    from hygraph.config import HyperbolicConfig
+    from hygraph.core import hyperbolic
+    from hygraph.indexing.stages import hyperbolic as stage
+    from hygraph.indexing.stages.vectors import VectorDelta
+    from hygraph.indexing.state import IndexState
+    from hygraph.store.artifacts import TERMS, TermsRow
+    from hygraph.store.manifest import HyperbolicInfo, Manifest
+    from hygraph.store.versions import IndexStore
+
+    h = HyperbolicConfig(dim=4, epochs=1)
+    old_terms = key_terms(TEXTS[:4])
+    rng = np.random.default_rng(0)
+    stored = {f"c{i}": rng.uniform(-0.05, 0.05, h.dim) for i in range(4)}
+    store = IndexStore(tmp_path, create=True)
+    with store.begin() as w:
+        w.replace(TERMS, [TermsRow(f"c{i}", tuple(sorted(t)), ()) for i, t in enumerate(old_terms)], {})
+        # A bound below any point's lifted norm (>= 1): the batch's points need a larger one.
+        w.commit(Manifest(dims={}, hyperbolic=HyperbolicInfo(M=0.5, dim=h.dim, seed=0)))
+    state = IndexState(store.open())
+    index = stage.TermIndex.load(state.base)
+    fetched: list[list[str]] = []
+
+    def points_of(ids):
+        fetched.append(list(ids))
+        return np.vstack([stored[c] for c in ids])  # KeyError for a chunk the collection does not hold
+
+    delta = VectorDelta()
+    new = ["n0", "n1", "c2"]  # c2 is replaced: its stored point is stale
+    texts = TEXTS[4:7]
+    stage.update(state, h, index, new, texts, rng.normal(size=(3, 8)).astype(np.float32), ["c2"], points_of, delta)
+    ids, vectors, _ = delta.upserts["hyperbolic"]
+    assert sorted(ids) == ["c0", "c1", "c2", "c3", "n0", "n1"]
+    assert all(c not in new for call in fetched for c in call)
+    m = state.manifest.hyperbolic.M
+    assert m > 1.0
+    assert np.allclose(np.linalg.norm(vectors, axis=1), m, rtol=1e-4)
+    row = {c: i for i, c in enumerate(ids)}
+    assert np.allclose(hyperbolic.from_storage(vectors[row["c0"]]), stored["c0"], atol=1e-5)

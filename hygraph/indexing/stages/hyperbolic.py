@@ -135,7 +135,7 @@ def new_edges(index: TermIndex, new: Sequence[str], terms: Sequence[set[str]], t
 
 def update(state: IndexState, h: HyperbolicConfig, index: TermIndex, new_chunks: Sequence[str],
            new_texts: Sequence[str], new_embeddings: np.ndarray, removed: Sequence[str], points_of: Points,
-           all_points: Callable[[], tuple[list[str], np.ndarray]], delta: VectorDelta) -> None:
+           delta: VectorDelta) -> None:
     """Explicit edges and points for the new chunks; removed chunks leave their neighbours' lists."""
     lists: dict[str, list[str]] = {}
 
@@ -169,12 +169,11 @@ def update(state: IndexState, h: HyperbolicConfig, index: TermIndex, new_chunks:
         elif state.contains(TERMS, cid):
             state.put(TERMS, TermsRow(cid, state.require(TERMS, cid).terms, tuple(nb)))
     if new_chunks:
-        _train(state, h, index, list(new_chunks), new_embeddings, lists, points_of, all_points, delta)
+        _train(state, h, index, list(new_chunks), new_embeddings, lists, points_of, delta)
 
 
 def _train(state: IndexState, h: HyperbolicConfig, index: TermIndex, new: list[str], embeddings: np.ndarray,
-           lists: dict[str, list[str]], points_of: Points, all_points: Callable[[], tuple[list[str], np.ndarray]],
-           delta: VectorDelta) -> None:
+           lists: dict[str, list[str]], points_of: Points, delta: VectorDelta) -> None:
     """§3.2 for the new rows only: everything else is frozen."""
     new_set = set(new)
     fixed = list(dict.fromkeys(o for c in new for o in lists[c] if o not in new_set))
@@ -194,12 +193,13 @@ def _train(state: IndexState, h: HyperbolicConfig, index: TermIndex, new: list[s
     info = state.manifest.hyperbolic
     assert info is not None
     if hyperbolic.norm_bound(hyperbolic.lorentz_lift(points)) > info.M:
-        # A new point needs a larger bound: every stored vector is rewritten under the new M.
-        ids, stored = all_points()
-        keep = [i for i, c in enumerate(ids) if c not in new_set]
-        ids, stored = [ids[i] for i in keep] + new, np.vstack([stored[keep], points])
+        # A new point needs a larger bound: every stored vector is rewritten under the new M. The term index
+        # already lists this batch's chunks (and a replaced chunk under its old id): their points are the
+        # ones just trained, never a fetch of what the collection does not hold yet or holds stale.
+        ids = [c for c in index.live() if c not in new_set]
+        stored = np.vstack([points_of(ids), points]) if ids else points
         info.M = float(hyperbolic.norm_bound(hyperbolic.lorentz_lift(stored)))
-        delta.add("hyperbolic", ids, hyperbolic.storage_vectors(stored, info.M).astype(np.float32))
+        delta.add("hyperbolic", ids + new, hyperbolic.storage_vectors(stored, info.M).astype(np.float32))
     else:
         delta.add("hyperbolic", new, hyperbolic.storage_vectors(points, info.M).astype(np.float32))
 
