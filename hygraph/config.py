@@ -193,6 +193,10 @@ class UpdatesConfig(Section):
     # and entities), so a job that arrives meanwhile waits for one slice, not for the backlog. Every slice
     # re-summarizes the upper layers above its nodes: 8 (half a document) embedded 25% more summaries.
     summary_slice_nodes: int = Field(32, ge=1)
+    # New chunks one version applies: a larger document is published in slices of this many chunks (its job
+    # reads `running` until the last lands), taking turns with the jobs behind it, which then wait for one
+    # slice instead of the whole document (a 1 MiB text is ~230 chunks).
+    slice_chunks: int = Field(16, ge=1)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
     # Compaction (when the journal is idle): an artifact's delta segments are merged into one past this
     # many, and everything into one segment once its oldest (merged) delta outweighs this share of the base.

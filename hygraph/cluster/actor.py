@@ -45,7 +45,8 @@ class OnlineUpdater:
         from ray.util import metrics
 
         self.steps = metrics.Counter("hygraph_updater_steps_total", "Updater steps by outcome (applied, "
-                                     "summarized, deferred, online, recalibrated, compacted).", tag_keys=("kind",))
+                                     "sliced, summarized, deferred, online, recalibrated, compacted).",
+                                     tag_keys=("kind",))
         self.step_seconds = metrics.Histogram("hygraph_online_step_seconds", "Seconds of one L_inc step "
                                               "(HyperRAG 3.3) for one query's subgraph.",
                                               boundaries=[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5])
@@ -56,6 +57,7 @@ class OnlineUpdater:
                                              boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
         self.version = metrics.Gauge("hygraph_updater_version", "Last index version the updater published.")
         self._sliced = False  # the last round ran an overdue slice of summaries ahead of the journal
+        self._slice_turn = False  # the last round applied a journal batch: a large document's slice is next
         self._stop = threading.Event()
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="hygraph-updater", daemon=True).start()
@@ -102,14 +104,19 @@ class OnlineUpdater:
             self._sliced = True
             return True
         self._sliced = False
-        result = self.updater.step(defer_summaries=defer)
-        if result is not None:
-            self.last_result, self.last_error = result, None
-            self.steps.inc(tags={"kind": "applied"})
-            self.version.set(result["version"])
-            for lag in result["lag_s"]:
-                self.lag.observe(lag)
-            return True
+        # The next slice of a large document and the journal's next batch take turns as well: the jobs behind
+        # a large document wait for one slice of it, and the document still advances under a stream of jobs.
+        for kind in ("sliced", "applied") if self._slice_turn else ("applied", "sliced"):
+            result = (self.updater.step(defer_summaries=defer) if kind == "applied"
+                      else self.updater.continue_documents(defer))
+            if result is not None:
+                self._slice_turn = kind == "applied"
+                self.last_result, self.last_error = result, None
+                self.steps.inc(tags={"kind": kind})
+                self.version.set(result["version"])
+                for lag in result.get("lag_s", ()):
+                    self.lag.observe(lag)
+                return True
         if self._summarize():
             return True
         recalibrated = self.updater.recalibrate_step()
@@ -166,8 +173,10 @@ class OnlineUpdater:
             return {"starting": True, "index_version": IndexStore(self.index_dir).current_version(),
                     "last_error": self.last_error}
         learner = self.updater.learner
-        waiting = self.updater.store.manifest().summaries_pending
+        manifest = self.updater.store.manifest()
+        waiting = manifest.summaries_pending
         return {"pending": len(self.updater.pending()), "applied_batches": self.updater.applied_batches,
+                "documents_in_slices": len(manifest.chunks_pending),
                 "summaries_pending": None if waiting is None else {
                     "nodes": len(waiting.chunks) + len(waiting.entities),
                     "age_s": round(time.time() - waiting.since, 3)},

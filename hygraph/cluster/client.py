@@ -34,7 +34,7 @@ def submit(cfg: HygraphConfig, index_dir: str | Path, op: str, payload: dict[str
         return _wait(store, journal, job, wait_s)
     try:
         results = updater.run_until_idle()
-        status, error = journal.status(job, store.manifest().journal_offset)
+        status, error = journal.status(job, store.manifest())
         if status != "done":
             raise StoreError(f"job {job.job_id} {status}: {error or 'not applied'}")
         # No server compacts this index in the background: do it here when due (same rows, fewer segments).
@@ -60,7 +60,7 @@ def _wait(store: IndexStore, journal: Journal, job: Job, wait_s: float) -> dict[
                     results.append({"version": v, **update})
             seen = current
         manifest = store.manifest()
-        status, error = journal.status(job, manifest.journal_offset)
+        status, error = journal.status(job, manifest)
         if status == "failed":
             raise StoreError(f"job {job.job_id} failed: {error}")
         if status == "done" and not summaries_pending(manifest, job):

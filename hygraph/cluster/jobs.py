@@ -19,7 +19,7 @@ def job_status(store: IndexStore, journal: Journal, job: Job) -> dict[str, Any]:
     """`GET /v1/jobs/{id}`: queued, running, done (with the version holding it and, for an insert, whether
     its summaries landed) or failed (with its error). Before the first build every job is queued."""
     manifest = store.manifest() if store.current_version() is not None else None
-    status, error = journal.status(job, manifest.journal_offset if manifest is not None else 0)
+    status, error = journal.status(job, manifest)
     body: dict[str, Any] = {"job_id": job.job_id, "op": job.op, "status": status,
                             "index_version": manifest.version if status == "done" and manifest is not None else None}
     if status == "done" and manifest is not None and job.op == "insert":

@@ -50,7 +50,7 @@ from hygraph.indexing.online import OnlineLearner, Recalibration, install, obser
 from hygraph.indexing.stages.hyperbolic import explicit_graph
 from hygraph.indexing.stages.vectors import VectorDelta
 from hygraph.indexing.state import IndexState
-from hygraph.indexing.update import Applied, Applier, LiveIndex, PresentDocuments, fold_jobs
+from hygraph.indexing.update import Applied, Applier, Batch, LiveIndex, PresentDocuments, fold_jobs
 from hygraph.store.artifacts import ARTIFACTS, TERMS
 from hygraph.store.journal import Job, Journal, bounded_error
 from hygraph.store.versions import IndexStore, VersionWriter
@@ -217,7 +217,7 @@ class IndexUpdater:
         """Bisect a failed batch: apply each half, splitting again where it fails; a job that fails
         alone is marked failed. Returns the last published result (None when nothing was)."""
         if len(jobs) == 1:
-            self._fail(jobs[0], exc)
+            self._fail(jobs[0].job_id, exc)
             return None
         last = None
         mid = len(jobs) // 2
@@ -234,12 +234,12 @@ class IndexUpdater:
                 last = self._isolate(half, defer_summaries, again, retry_retryable) or last
         return last
 
-    def _fail(self, job: Job, exc: BaseException) -> None:
+    def _fail(self, job_id: str, exc: BaseException) -> None:
         error = bounded_error(f"{type(exc).__name__}: {exc}")
-        log.warning("journal job %s failed and is skipped: %s", job.job_id, error)
-        log.debug("journal job %s failure", job.job_id, exc_info=exc)
-        self.journal.mark_failed(job.job_id, error)
-        self._attempts.pop(job.job_id, None)
+        log.warning("journal job %s failed and is skipped: %s", job_id, error)
+        log.debug("journal job %s failure", job_id, exc_info=exc)
+        self.journal.mark_failed(job_id, error)
+        self._attempts.pop(job_id, None)
 
     def summaries_age(self) -> float | None:
         """Seconds the oldest pending summaries have waited; None when none are pending."""
@@ -272,10 +272,41 @@ class IndexUpdater:
                  applied.stats)
         return {**update, "version": version, "pending_s": time.time() - pending.since}
 
+    def continue_documents(self, defer_summaries: bool = False) -> dict[str, Any] | None:
+        """Publish the next slice of the documents a batch applied in part (`Applier.continue_documents`); None
+        when none waits. A slice that fails for a reason other than an outage fails its document's job, and
+        the document is taken out whole, so no half of it stays served."""
+        pending = self.store.manifest().chunks_pending
+        if not pending:
+            return None
+        try:
+            live = self.load()
+            applied = self.applier.continue_documents(live, _Points(self, live).points, defer_summaries)
+            if applied is None:
+                return None
+            version = self._publish(applied, applied.state.manifest.journal_offset, applied.stats)
+        except RETRYABLE:
+            self.live = None
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded as the job's failure, never lost
+            self.live = None
+            job_id = pending[0].job_id
+            self._fail(job_id, exc)
+            live = self.load()
+            batch = Batch(remove={p.doc_id for p in pending if p.job_id == job_id},
+                          end_offset=live.version.manifest.journal_offset)
+            applied = self.applier.apply(live, batch, _Points(self, live).points, defer_summaries)
+            version = self._publish(applied, batch.end_offset, {**applied.stats, "jobs_failed": [job_id]})
+            return {**applied.stats, "version": version, "jobs_finished": []}
+        log.info("slice of %d chunks published as version %d: %s", applied.stats["chunks_added"], version,
+                 applied.stats)
+        return {**applied.stats, "version": version}
+
     def run_until_idle(self) -> list[dict[str, Any]]:
-        """Every pending job, with summaries (including any a stopped server left deferred)."""
+        """Every pending job, with the slices of large documents and summaries (including any a stopped server
+        left deferred)."""
         out = []
-        while (result := self.step() or self.summarize_pending()) is not None:
+        while (result := self.step() or self.continue_documents() or self.summarize_pending()) is not None:
             out.append(result)
         return out
 

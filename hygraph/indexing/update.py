@@ -23,10 +23,10 @@ from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, le
 from hygraph.indexing.stages.hierarchy_layers import LayerIndex
 from hygraph.indexing.stages.hyperbolic import TermIndex
 from hygraph.indexing.state import IndexState
-from hygraph.model import Document
+from hygraph.model import Chunk, Document
 from hygraph.store.artifacts import CHUNKS, DOCUMENTS, ENTITIES, HYPEREDGES, RELATIONS, SUMMARIES, ChunkRow, DocumentRow
 from hygraph.store.journal import Job
-from hygraph.store.manifest import PendingSummaries
+from hygraph.store.manifest import PendingChunks, PendingSummaries
 from hygraph.store.versions import IndexStore, Version
 
 
@@ -38,6 +38,7 @@ class Batch:
     remove: set[str] = field(default_factory=set)
     end_offset: int = 0
     job_ids: list[str] = field(default_factory=list)
+    added_by: dict[str, str] = field(default_factory=dict)  # document id -> the job that wrote it
 
 
 def summary_slice(age_s: float, period_s: float, base: int) -> int:
@@ -79,6 +80,7 @@ def fold_jobs(jobs: Sequence[Job], present: Mapping[str, str]) -> Batch:
                 if is_live(doc.id) and doc.id in present:
                     batch.remove.add(doc.id)
                 batch.add[doc.id] = doc
+                batch.added_by[doc.id] = job.job_id
                 live[doc.id] = True
         else:
             for doc_id in job.payload["ids"]:
@@ -144,26 +146,75 @@ class Applier:
         """`defer_summaries`: a batch that only adds leaves its hierarchy step to `summarize_pending` (the
         documents are served at once, their summaries a version later); the pending nodes are kept in
         the manifest, so they survive a restart. What a batch removes or changes is always taken out of
-        the summaries in its own version, so no summary keeps quoting deleted text."""
+        the summaries in its own version, so no summary keeps quoting deleted text.
+
+        At most `updates.slice_chunks` new chunks are applied: the documents past that budget are published
+        with the chunks that fit and the rest waits in the manifest for `continue_documents`, so the jobs
+        behind a large document wait for one slice, not for the whole document."""
         t0 = time.perf_counter()
         before = self._calls()
         state = IndexState(live.version)
-        delta = vectors.VectorDelta()
         removed = [state.require(CHUNKS, cid) for d in sorted(batch.remove)
                    for cid in state.require(DOCUMENTS, d).chunks]
         new_docs = list(batch.add.values())
-        graph = state.manifest.graph
-        ing = ingest.update(self.cfg, new_docs, self.embedder, self.llm if graph else None)
-
-        removed_ids = [c.id for c in removed]
-        new_ids = [c.id for c in ing.chunks]
+        chunks = ingest.chunk(self.cfg, new_docs)
+        now = chunks[:self.cfg.updates.slice_chunks]
+        # A document removed or written again drops its unfinished slices; one cut by the budget adds them.
+        m = state.manifest
+        m.chunks_pending = [p for p in m.chunks_pending if p.doc_id not in batch.remove and p.doc_id not in batch.add]
+        cut = {c.doc_id: c.ordinal for c in reversed(chunks[len(now):])}
+        m.chunks_pending += [PendingChunks(d.id, batch.added_by[d.id], cut[d.id]) for d in new_docs if d.id in cut]
         state.delete_all(DOCUMENTS, batch.remove)
-        state.delete_all(CHUNKS, removed_ids)
+        state.delete_all(CHUNKS, [c.id for c in removed])
         by_doc: dict[str, list[str]] = {}
-        for c in ing.chunks:
+        for c in now:
             by_doc.setdefault(c.doc_id, []).append(c.id)
         for d in new_docs:
             state.put(DOCUMENTS, DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ()))))
+        delta, rebuilt = self._grow(state, live, now, removed, points, defer_summaries)
+        return Applied(state, delta, {"documents_added": len(new_docs), "documents_removed": len(batch.remove),
+                                      "chunks_added": len(now), "chunks_removed": len(removed),
+                                      **self._touched(state, delta, rebuilt, before, t0)})
+
+    def continue_documents(self, live: LiveIndex, points: hyperbolic.Points,
+                           defer_summaries: bool = False) -> Applied | None:
+        """The next slice (`updates.slice_chunks` chunks) of the documents `apply` published in part, oldest
+        first; None when none waits. Stats name the jobs whose last slice this is (`jobs_finished`)."""
+        t0 = time.perf_counter()
+        before = self._calls()
+        state = IndexState(live.version)
+        m = state.manifest
+        if not m.chunks_pending:
+            return None
+        budget, now, finished, rest = self.cfg.updates.slice_chunks, [], [], []
+        for p in m.chunks_pending:
+            row = state.get(DOCUMENTS, p.doc_id)
+            if row is None or budget <= 0:  # a document deleted meanwhile has nothing left to apply
+                rest += [p] if row is not None else []
+                continue
+            left = [c for c in ingest.chunk(self.cfg, [Document(row.id, row.text, row.title)])
+                    if c.ordinal >= p.next_ordinal]
+            take, budget = left[:budget], budget - len(left[:budget])
+            now += take
+            state.put(DOCUMENTS, replace(row, chunks=(*row.chunks, *(c.id for c in take))))
+            if len(take) < len(left):
+                rest.append(replace(p, next_ordinal=left[len(take)].ordinal))
+            else:
+                finished.append(p.job_id)
+        m.chunks_pending = rest
+        delta, rebuilt = self._grow(state, live, now, [], points, defer_summaries)
+        return Applied(state, delta, {"chunks_added": len(now), "jobs_finished": finished,
+                                      **self._touched(state, delta, rebuilt, before, t0)})
+
+    def _grow(self, state: IndexState, live: LiveIndex, chunks: list[Chunk], removed: list[ChunkRow],
+              points: hyperbolic.Points, defer_summaries: bool) -> tuple[vectors.VectorDelta, int]:
+        """Every stage's update for new chunks (their documents' rows already written) and removed ones; the
+        vector rows and the number of summaries rebuilt."""
+        delta = vectors.VectorDelta()
+        graph = state.manifest.graph
+        ing = ingest.update(chunks, self.embedder, self.llm if graph else None)
+        removed_ids = [c.id for c in removed]
+        new_ids = [c.id for c in ing.chunks]
         kc = knowledge.update(state, removed, ing.extractions) if graph else knowledge.KnowledgeChange()
         none = knowledge.ChunkKnowledge()
         for c, vec in zip(ing.chunks, ing.embeddings):
@@ -186,10 +237,7 @@ class Applier:
         lexical.update(state, removed_ids, new_ids, [c.text for c in ing.chunks],
                        [*kc.new_entities, *kc.removed_entities])
         self._counts(state)
-        stats = {"documents_added": len(new_docs), "documents_removed": len(batch.remove),
-                 "chunks_added": len(new_ids), "chunks_removed": len(removed_ids),
-                 **self._touched(state, delta, rebuilt, before, t0)}
-        return Applied(state, delta, stats)
+        return delta, rebuilt
 
     def summarize_pending(self, live: LiveIndex, max_nodes: int | None = None) -> Applied | None:
         """The hierarchy step that `apply(defer_summaries=True)` left for later: for at most `max_nodes` of

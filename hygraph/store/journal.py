@@ -22,6 +22,7 @@ from typing import Any, Iterator, Literal
 
 from hygraph.errors import InputError, StoreError
 from hygraph.input_rules import check_id, check_metadata, check_nonblank_text, check_text, preview
+from hygraph.store.manifest import Manifest
 
 Op = Literal["insert", "delete", "invalid"]
 MAX_ERROR_CHARS = 300
@@ -161,13 +162,15 @@ class Journal:
         except (OSError, ValueError):
             return set()
 
-    def status(self, job: Job, applied_offset: int) -> tuple[str, str | None]:
-        """(`queued`|`running`|`done`|`failed`, error) of a job, given the serving version's offset."""
+    def status(self, job: Job, manifest: Manifest | None) -> tuple[str, str | None]:
+        """(`queued`|`running`|`done`|`failed`, error) of a job in the serving version (None: none yet). Done
+        once the version's offset passed it and no document of it waits for slices (`chunks_pending`)."""
         failed = self.failed()
         if job.job_id in failed:
             return "failed", failed[job.job_id]
-        if applied_offset >= job.end_offset:
-            return "done", None
+        if manifest is not None and manifest.journal_offset >= job.end_offset:
+            unfinished = any(p.job_id == job.job_id for p in manifest.chunks_pending)
+            return ("running", None) if unfinished else ("done", None)
         return ("running" if job.job_id in self.running() else "queued"), None
 
 

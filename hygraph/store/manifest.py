@@ -47,6 +47,17 @@ class PendingSummaries:
 
 
 @dataclass
+class PendingChunks:
+    """A document applied in slices (`updates.slice_chunks` chunks per version, so one large document never
+    holds up the jobs behind it): its row and first chunks are published, the chunks from `next_ordinal` on
+    follow. Its job reads `running` until the last slice lands."""
+
+    doc_id: str
+    job_id: str
+    next_ordinal: int
+
+
+@dataclass
 class Manifest:
     version: int = 0
     created: float = 0.0
@@ -66,6 +77,7 @@ class Manifest:
     update: dict[str, Any] | None = None  # what the update that made this version did
     retired: dict[str, list[str]] = field(default_factory=dict)  # vector rows to delete after publishing
     summaries_pending: PendingSummaries | None = None
+    chunks_pending: list[PendingChunks] = field(default_factory=list)  # oldest first
     tables: dict[str, TableRef] = field(default_factory=dict)
     format: int = FORMAT
 
@@ -88,4 +100,5 @@ class Manifest:
         m.hyperbolic = HyperbolicInfo(**m.hyperbolic) if isinstance(m.hyperbolic, dict) else None
         m.summaries_pending = (PendingSummaries(**m.summaries_pending) if isinstance(m.summaries_pending, dict)
                                else None)
+        m.chunks_pending = [PendingChunks(**p) for p in m.chunks_pending]
         return m

@@ -128,8 +128,8 @@ def test_a_killed_updater_applies_every_document_exactly_once(built_index, tmp_p
     assert {d["id"] for d in docs} <= set(ids)
     chunks = chunk_ids(index_dir)
     assert len(chunks) == len(set(chunks))
-    offset = IndexStore(index_dir).manifest().journal_offset
-    assert all(Journal(index_dir).status(job, offset)[0] == "done" for job in Journal(index_dir).jobs())
+    manifest = IndexStore(index_dir).manifest()
+    assert all(Journal(index_dir).status(job, manifest)[0] == "done" for job in Journal(index_dir).jobs())
     assert out["version"] > start
     for doc in docs:
         hit = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "dense", doc["title"]))

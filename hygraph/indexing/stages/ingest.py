@@ -139,10 +139,16 @@ def build(cfg: HygraphConfig, docs: list[Document], stages: Stages, extract: boo
     return Ingested(chunks, np.vstack(vecs)[order], [extractions[i] for i in order] if extract else [], calls)
 
 
-def update(cfg: HygraphConfig, docs: Sequence[Document], embedder: "Embedder", llm: "LLM | None") -> Ingested:
-    """The same steps for a batch's new documents, in this process (the updater's models)."""
-    chunks = chunk_documents(list(docs), tokenizer(cfg.embedder.model), cfg.chunking.size_tokens,
-                             cfg.chunking.overlap_tokens)
+def chunk(cfg: HygraphConfig, docs: Sequence[Document]) -> list[Chunk]:
+    """The build's chunks of a batch's new documents (deterministic: a document applied in slices is
+    chunked again for each slice and yields the same chunks)."""
+    return chunk_documents(list(docs), tokenizer(cfg.embedder.model), cfg.chunking.size_tokens,
+                           cfg.chunking.overlap_tokens)
+
+
+def update(chunks: Sequence[Chunk], embedder: "Embedder", llm: "LLM | None") -> Ingested:
+    """The build's per-chunk steps for chunks an update applies, in this process (the updater's models)."""
+    chunks = list(chunks)
     vectors = embedder.encode([c.text for c in chunks]) if chunks else np.zeros((0, embedder.dim), np.float32)
     extractions = llm.extract(chunks) if chunks and llm is not None else []
     return Ingested(chunks, vectors, extractions)
