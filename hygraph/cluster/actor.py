@@ -57,7 +57,6 @@ class OnlineUpdater:
                                              boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
         self.version = metrics.Gauge("hygraph_updater_version", "Last index version the updater published.")
         self._sliced = False  # the last round ran an overdue slice of summaries ahead of the journal
-        self._slice_turn = False  # the last round applied a journal batch: a large document's slice is next
         self._stop = threading.Event()
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="hygraph-updater", daemon=True).start()
@@ -104,19 +103,14 @@ class OnlineUpdater:
             self._sliced = True
             return True
         self._sliced = False
-        # The next slice of a large document and the journal's next batch take turns as well: the jobs behind
-        # a large document wait for one slice of it, and the document still advances under a stream of jobs.
-        for kind in ("sliced", "applied") if self._slice_turn else ("applied", "sliced"):
-            result = (self.updater.step(defer_summaries=defer) if kind == "applied"
-                      else self.updater.continue_documents(defer))
-            if result is not None:
-                self._slice_turn = kind == "applied"
-                self.last_result, self.last_error = result, None
-                self.steps.inc(tags={"kind": kind})
-                self.version.set(result["version"])
-                for lag in result.get("lag_s", ()):
-                    self.lag.observe(lag)
-                return True
+        result = self.updater.write_step(defer)
+        if result is not None:
+            self.last_result, self.last_error = result, None
+            self.steps.inc(tags={"kind": result["kind"]})
+            self.version.set(result["version"])
+            for lag in result.get("lag_s", ()):
+                self.lag.observe(lag)
+            return True
         if self._summarize():
             return True
         recalibrated = self.updater.recalibrate_step()

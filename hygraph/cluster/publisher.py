@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import gc
 import logging
 import os
 import threading
@@ -54,6 +55,7 @@ from hygraph.indexing.update import Applied, Applier, Batch, LiveIndex, PresentD
 from hygraph.store.artifacts import ARTIFACTS, TERMS
 from hygraph.store.journal import Job, Journal, bounded_error
 from hygraph.store.versions import IndexStore, VersionWriter
+from hygraph.store.view_loader import release_freed_memory
 
 log = logging.getLogger("hygraph.updater")
 # Failures worth retrying later (the job stays queued); anything else fails the job.
@@ -107,6 +109,7 @@ class IndexUpdater:
         self.applier = Applier(cfg, make_embedder(cfg.embedder), self.llm, resolve_device(cfg.hierarchy.device))
         self.live: LiveIndex | None = None
         self.applied_batches = 0
+        self._slice_turn = False  # the last write step applied a journal batch: a large document's slice is next
         self.learner = OnlineLearner(cfg.hyperbolic, cfg.updates)
         self.recalibrations = 0
         self.compactions = 0
@@ -270,6 +273,8 @@ class IndexUpdater:
             raise
         log.info("summaries of %d nodes published as version %d: %s", applied.stats["summarized_nodes"], version,
                  applied.stats)
+        del applied  # its rows and vectors go before memory is returned
+        _return_memory()
         return {**update, "version": version, "pending_s": time.time() - pending.since}
 
     def continue_documents(self, defer_summaries: bool = False) -> dict[str, Any] | None:
@@ -302,11 +307,24 @@ class IndexUpdater:
                  applied.stats)
         return {**applied.stats, "version": version}
 
+    def write_step(self, defer_summaries: bool = False) -> dict[str, Any] | None:
+        """The journal's next batch or the next slice of a large document, taking turns (`kind`: "applied" or
+        "sliced"): the jobs behind a large document wait for one slice of it, and the document still advances
+        under a stream of jobs. None when neither waits."""
+        turns = (("sliced", self.continue_documents), ("applied", self.step))
+        for kind, run in turns if self._slice_turn else turns[::-1]:
+            result = run(defer_summaries)
+            if result is not None:
+                self._slice_turn = kind == "applied"
+                _return_memory()
+                return {**result, "kind": kind}
+        return None
+
     def run_until_idle(self) -> list[dict[str, Any]]:
         """Every pending job, with the slices of large documents and summaries (including any a stopped server
         left deferred)."""
         out = []
-        while (result := self.step() or self.continue_documents() or self.summarize_pending()) is not None:
+        while (result := self.write_step() or self.summarize_pending()) is not None:
             out.append(result)
         return out
 
@@ -526,6 +544,14 @@ class IndexUpdater:
         except Exception as exc:  # noqa: BLE001 - see above
             log.warning("retiring old vector rows failed (retried at the next start): %s",
                         bounded_error(f"{type(exc).__name__}: {exc}"))
+
+
+def _return_memory() -> None:
+    """After a published step: a batch's rows, vectors and model activations are garbage now, but glibc and
+    Arrow keep freed pages for reuse, so without this the updater would stay at its largest batch's peak.
+    The full collection is affordable here (a step takes far longer; no request waits on this process)."""
+    gc.collect()
+    release_freed_memory()
 
 
 def _write_changes(w: VersionWriter, state: IndexState) -> None:

@@ -1,0 +1,154 @@
+"""Acknowledged means applied (issue 34): every journaled insert, from one byte to the HTTP body limit, becomes
+`done` and retrievable through the real updater (embedded Milvus, bundled model); a large document is applied in
+slices that take turns with the jobs behind it."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+
+from hygraph.cluster.publisher import IndexUpdater
+from hygraph.config import load_config
+from hygraph.engine import QueryEngine
+from hygraph.indexing.stages import ingest
+from hygraph.model import Document
+from hygraph.store.artifacts import CHUNKS, DOCUMENTS
+from hygraph.store.journal import Job, Journal
+from hygraph.store.versions import IndexStore
+from tests.integration.conftest import DATA
+
+pytestmark = pytest.mark.integration
+
+BODY_LIMIT = load_config(None).serve.max_body_bytes
+SHAPES = ("unicode", "long_words", "giant_sentence", "tiny_sentences")
+_WORDS = [w for line in DATA.joinpath("hotpotqa_train100.corpus.jsonl").open(encoding="utf-8")
+          for w in json.loads(line)["text"].split()]
+_UNICODE = "Ωμέγα Zürich 東京都 Москва ﬁ café naïve 𝔘𝔫𝔦 😀 אבג مرحبا देवनागरी ".split()
+
+
+def _text(shape: str, size: int, seed: int) -> str:
+    """A document of exactly `size` UTF-8 bytes (a cut multi-byte character is padded with spaces)."""
+    rng = random.Random(seed)
+    if shape == "long_words":
+        parts = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(200, 5000))) for _ in range(8)]
+    elif shape == "unicode":
+        parts = [rng.choice(_UNICODE + _WORDS[:500]) for _ in range(64)]
+    elif shape == "tiny_sentences":
+        parts = [f"{rng.choice(_WORDS).capitalize()}." for _ in range(256)]
+    else:  # one sentence, no full stop until the end
+        start = rng.randrange(len(_WORDS) - 2000)
+        parts = [w.strip(".") for w in _WORDS[start:start + 2000]]
+    piece = " ".join(parts).encode()
+    raw = (piece * (size // max(1, len(piece)) + 1))[:size].decode("utf-8", errors="ignore")
+    text = raw + " " * (size - len(raw.encode()))
+    return text if text.strip() else "x" + text[1:]
+
+
+@pytest.fixture(scope="module")
+def live(built_index) -> Iterator[tuple[IndexUpdater, QueryEngine]]:
+    index_dir, _ = built_index
+    cfg = load_config(None)
+    updater = IndexUpdater(cfg, index_dir)
+    engine = QueryEngine(cfg, index_dir)
+    try:
+        yield updater, engine
+    finally:
+        engine.close()
+        updater.close()
+
+
+def _status(index_dir, job: Job) -> str:
+    return Journal(index_dir).status(job, IndexStore(index_dir).manifest())[0]
+
+
+def _assert_retrievable(engine: QueryEngine, doc: Document) -> None:
+    """The whole document is in the served version: its row lists every chunk the build would make of it,
+    each chunk's text and hyperbolic vectors are stored, and a dense search for its first chunk finds it."""
+    engine.refresh()
+    loaded = engine.loaded
+    row = loaded.version.table(DOCUMENTS).get(doc.id)
+    assert row is not None and row.text == doc.text
+    expected = [c.id for c in ingest.chunk(engine.cfg, [doc])]
+    assert list(row.chunks) == expected
+    chunks = loaded.version.table(CHUNKS)
+    assert all(chunks.get(c) is not None for c in expected)
+    for kind in ("chunks", "hyperbolic"):
+        assert engine.vectors.fetch(loaded.collections[kind], expected).shape[0] == len(expected)
+    first = chunks.get(expected[0])
+    query = np.asarray(first.embedding, np.float32)
+    ranked = [p.id for p in engine.retrieve(first.text, query, "dense", 5).passages]
+    assert doc.id in ranked
+
+
+@settings(max_examples=4, deadline=None, phases=(Phase.explicit, Phase.generate),
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@example(shape="giant_sentence", size=BODY_LIMIT, seed=0)
+@example(shape="unicode", size=1, seed=0)
+@given(shape=st.sampled_from(SHAPES), size=st.one_of(st.integers(1, 4096), st.integers(1, BODY_LIMIT // 8)),
+       seed=st.integers(0, 2**16))
+def test_every_acknowledged_insert_becomes_done_and_retrievable(built_index, live, shape, size, seed):
+    index_dir, _ = built_index
+    updater, engine = live
+    doc = Document(f"prop-{shape}-{size}-{seed}", _text(shape, size, seed), f"{shape} {size}")
+    assert len(doc.text.encode()) == size
+    job = Journal(index_dir).append("insert", {"documents": [{"id": doc.id, "title": doc.title, "text": doc.text}]})
+    updater.run_until_idle()
+    assert _status(index_dir, job) == "done", Journal(index_dir).failed().get(job.job_id)
+    _assert_retrievable(engine, doc)
+
+
+def test_a_one_line_insert_behind_a_large_document_waits_for_one_slice(built_index, live):
+    index_dir, _ = built_index
+    updater, engine = live
+    slice_chunks = updater.cfg.updates.slice_chunks
+    big = Document("slices-big", _text("tiny_sentences", 40_000 * slice_chunks // 4, 7), "Big")
+    n_chunks = len(ingest.chunk(updater.cfg, [big]))
+    assert n_chunks > 2 * slice_chunks
+    journal = Journal(index_dir)
+    big_job = journal.append("insert", {"documents": [{"id": big.id, "title": big.title, "text": big.text}]})
+    small = Document("slices-small", "Kestrel Quayside is a one-line document.", "Small")
+    small_job = journal.append("insert", {"documents": [{"id": small.id, "title": small.title, "text": small.text}]})
+    kinds = []
+    while (result := updater.write_step(defer_summaries=True)) is not None:
+        kinds.append(result["kind"])
+        if len(kinds) == 1:  # the big document's first slice
+            assert result["chunks_added"] == slice_chunks
+            assert _status(index_dir, big_job) == "running" and _status(index_dir, small_job) == "queued"
+        if _status(index_dir, small_job) == "done":
+            break
+    # The small job came right after one slice of the big document; the big one still has slices to go.
+    assert kinds == ["applied", "applied"]
+    assert _status(index_dir, big_job) == "running"
+    _assert_retrievable(engine, small)
+    updater.run_until_idle()
+    assert _status(index_dir, big_job) == "done"
+    _assert_retrievable(engine, big)
+
+
+def test_a_document_deleted_or_rewritten_between_its_slices_ends_as_the_last_write_says(built_index, live):
+    index_dir, _ = built_index
+    updater, engine = live
+    journal = Journal(index_dir)
+    size = 40_000 * updater.cfg.updates.slice_chunks // 2
+    gone = Document("slices-gone", _text("giant_sentence", size, 3), "Gone")
+    again = Document("slices-again", _text("giant_sentence", size, 4), "Again")
+    for doc in (gone, again):
+        journal.append("insert", {"documents": [{"id": doc.id, "title": doc.title, "text": doc.text}]})
+    assert updater.write_step()["kind"] == "applied"
+    assert {p.doc_id for p in IndexStore(index_dir).manifest().chunks_pending} == {gone.id, again.id}
+    journal.append("delete", {"ids": [gone.id]})
+    rewritten = Document(again.id, "Again, now one short line about Lake Ohrid.", again.title)
+    journal.append("insert", {"documents": [{"id": again.id, "title": again.title, "text": rewritten.text}]})
+    updater.run_until_idle()
+    version = IndexStore(index_dir).open()
+    assert version.manifest.chunks_pending == []
+    assert version.table(DOCUMENTS).get(gone.id) is None
+    assert not [c for c in version.table(CHUNKS).values("id") if c.startswith(f"{gone.id}:")]
+    _assert_retrievable(engine, rewritten)
+    assert [c for c in version.table(CHUNKS).values("id") if c.startswith(f"{again.id}:")] == [f"{again.id}:0"]
