@@ -119,6 +119,13 @@ def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_serve(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
+    if not args.no_restart:
+        from hygraph.serve.supervisor import supervise
+
+        given = {"--config": args.config, "--index-dir": args.index_dir, "--host": args.host,
+                 "--port": args.port, "--address": args.address}
+        return supervise(["serve", "--no-restart", *(f"{flag}={value}" for flag, value in given.items()
+                                                     if value is not None)], cfg)
     from hygraph.serve.runner import run_server
 
     index_dir = Path(args.index_dir or cfg.index_dir)
@@ -200,6 +207,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default=None, help="default: serve.host (127.0.0.1)")
     s.add_argument("--port", type=_positive, default=None, help="default: serve.port (8000)")
     s.add_argument("--address", default=None, help="join this Ray cluster instead of starting one")
+    s.add_argument("--no-restart", action="store_true",
+                   help="run the service in this process and exit when its Ray is lost (by default a supervising "
+                        "process restarts it, up to serve.max_restarts times in a row)")
     s.set_defaults(run=cmd_serve)
 
     s = sub.add_parser("serve-config", parents=[config_after],

@@ -251,6 +251,11 @@ class ServeConfig(Section):
     version_poll_s: float = Field(1.0, gt=0)
     # Ray's Prometheus endpoint on this node (`ray.init(_metrics_export_port=...)`).
     metrics_port: int = Field(8080, ge=1, le=65535)
+    # `hygraph serve` restarts a service whose Ray node is gone (its HTTP proxy refusing connections this
+    # long) or that crashed, backing off from restart_backoff_s (doubling), at most max_restarts in a row.
+    ray_lost_after_s: float = Field(5.0, gt=0)
+    max_restarts: int = Field(5, ge=0)
+    restart_backoff_s: float = Field(1.0, ge=0)
     # Question embedding: questions that arrive while the model runs wait for its next call, which
     # takes up to embed_max_batch of them (serve/batching.py). A question finding it idle runs at
     # once unless embed_batch_wait_s > 0, a wait for more (worth it on a GPU, not on a CPU).

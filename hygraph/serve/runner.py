@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
+import socket
 import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hygraph.backends import vectorstore
 from hygraph.runtime import ensure_port_free, init_ray
@@ -17,10 +18,7 @@ from hygraph.errors import HygraphError
 from hygraph.indexing.build import ensure_demo_index
 from hygraph.serve.app import APP_NAME, LLM_APP_NAME, LLM_ROUTE, build_app, llm_app
 from hygraph.serve.http import api_keys
-
-
-def _say(message: str) -> None:
-    print(f"[hygraph] {message}", file=sys.stderr, flush=True)
+from hygraph.serve.supervisor import say as _say
 
 
 def _key_hint(cfg: HygraphConfig) -> str:
@@ -40,6 +38,7 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
     from ray import serve
 
     stop = stop or threading.Event()
+    lost = False
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     ray_cfg = cfg.ray.model_copy(update={"address": address}) if address else cfg.ray
@@ -71,14 +70,19 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
             _say(f"writes (POST /v1/documents, DELETE /v1/documents/ID) need "
                  f"-H \"Authorization: Bearer {_key_hint(cfg)}\"")
         _say("Ctrl-C stops the service")
-        stop.wait()
+        _watch(stop, "127.0.0.1" if host in ("0.0.0.0", "::") else host, port, cfg.serve.ray_lost_after_s)
         _say("stopping")
+    except RayLost:
+        lost = True
+        raise
     except (HygraphError, KeyboardInterrupt):
         raise
     except Exception as exc:  # noqa: BLE001 - Ray/Serve start failures: one line, not a traceback
         raise HygraphError(f"serve: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
     finally:
-        if ray.is_initialized():
+        if lost:
+            _shutdown_within(ray.shutdown, RAY_SHUTDOWN_S)  # the controller and updater died with their node
+        elif ray.is_initialized():
             try:
                 stop_updater(index_dir)
                 serve.shutdown()
@@ -86,3 +90,35 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
                 ray.shutdown()
         store.close()
     return {"stopped": True, "url": f"http://{host}:{port}"}
+
+
+class RayLost(HygraphError):
+    """The service's Ray node is gone (its raylet or GCS died): the process exits for its supervisor to
+    start a new one."""
+
+
+# Ray tears down what this process started in a few seconds; with its node gone it can wait on dead peers.
+RAY_SHUTDOWN_S = 20.0
+PROBE_EVERY_S = 1.0
+
+
+def _watch(stop: threading.Event, host: str, port: int, lost_after_s: float) -> None:
+    """Block until `stop`; raise RayLost once Serve's HTTP proxy has refused connections for `lost_after_s`.
+    The proxy is an actor on this node, so it goes when the node's raylet does (and the raylet when the GCS
+    does). Only the TCP handshake is probed: a proxy busy with requests still accepts it, so load alone
+    never reads as a lost node."""
+    last_ok = time.monotonic()
+    while not stop.wait(PROBE_EVERY_S):
+        try:
+            socket.create_connection((host, port), timeout=PROBE_EVERY_S).close()
+            last_ok = time.monotonic()
+        except OSError:
+            if time.monotonic() - last_ok >= lost_after_s:
+                raise RayLost(f"serve: Ray's HTTP proxy on {host}:{port} stopped answering {lost_after_s:.0f} s "
+                              "ago: this node's Ray is gone") from None
+
+
+def _shutdown_within(fn: Callable[[], None], seconds: float) -> None:
+    done = threading.Thread(target=fn, name="hygraph-ray-shutdown", daemon=True)
+    done.start()
+    done.join(seconds)

@@ -18,6 +18,7 @@ from openai import OpenAI
 
 from hygraph.client import ApiError, Client
 from hygraph.config import MODES
+from tests.index_tables import chunk_ids, doc_ids
 from tests.integration.conftest import last_json, run_cli, serving
 
 pytestmark = pytest.mark.integration
@@ -292,6 +293,38 @@ def test_a_store_crash_is_503_then_recovers(server):
         time.sleep(2)
     assert statuses[0] == 503 and statuses[-1] == 200, statuses
     assert json.loads((server["index_dir"] / "milvus" / "server.json").read_text())["pid"] != lite
+
+
+def test_a_killed_raylet_is_restarted_and_every_acknowledged_document_is_applied_once(server):
+    """Issue 34: SIGKILL the service's raylet. The service process finds its Ray gone and exits, the
+    supervising `hygraph serve` starts it again, and the new updater applies the job acknowledged just
+    before the kill, once."""
+    doc = {"id": "raylet-survivor", "title": "Quillmarsh Tenebrae",
+           "text": "Quillmarsh Tenebrae is a lighthouse that outlived the raylet of the service indexing it."}
+    supervisor = psutil.Process(server["proc"].pid)
+    [raylet] = [p for p in supervisor.children(recursive=True) if p.name() == "raylet"]
+    with Client(server["url"], api_key=KEY) as authed:
+        job = authed.add_documents([doc])["job_id"]
+        raylet.kill()
+        killed = time.monotonic()
+        while authed.ready():
+            assert time.monotonic() - killed < 60, "the service never noticed its raylet was gone"
+            time.sleep(0.5)
+        while not authed.ready():
+            assert time.monotonic() - killed < 300, server["log"].read_text()[-3000:]
+            assert server["proc"].poll() is None, server["log"].read_text()[-3000:]
+            time.sleep(1)
+        print(f"answering again {time.monotonic() - killed:.1f} s after the raylet was killed")
+        assert _wait_done(authed, job)["status"] == "done"
+        deadline = time.monotonic() + 60
+        while not (out := authed.query("What is Quillmarsh Tenebrae?", mode="bm25"))["passages"] or \
+                out["passages"][0]["id"] != doc["id"]:
+            assert time.monotonic() < deadline, out["passages"]
+            time.sleep(0.5)
+        assert [p["id"] for p in out["passages"]].count(doc["id"]) == 1
+    assert "restarting it in" in server["log"].read_text()
+    assert doc_ids(server["index_dir"]).count(doc["id"]) == 1
+    assert chunk_ids(server["index_dir"]).count(f"{doc['id']}:0") == 1
 
 
 def test_ctrl_c_stops_everything(server):
