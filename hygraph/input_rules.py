@@ -9,6 +9,7 @@ more than a few characters of the input.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -95,7 +96,8 @@ def depth(value: Any) -> int:
 
 
 def check_json(value: Any, field: str, max_depth: int = MAX_DEPTH) -> Any:
-    """A JSON value whose strings (keys included) follow `check_text` and whose nesting is bounded."""
+    """A JSON value whose strings (keys included) follow `check_text`, whose numbers are finite (NaN and
+    Infinity are not JSON, whatever Python's parser accepts) and whose nesting is bounded."""
     if depth(value) > max_depth:
         raise InputError(f"{field}: nested deeper than {max_depth} levels")
     stack = [(value, field)]
@@ -103,6 +105,8 @@ def check_json(value: Any, field: str, max_depth: int = MAX_DEPTH) -> Any:
         node, where = stack.pop()
         if isinstance(node, str):
             check_text(node, where)
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise InputError(f"{where}: {node} is not a JSON number")
         elif isinstance(node, dict):
             for key, child in node.items():
                 check_text(key, f"{where} (a key)")

@@ -322,11 +322,15 @@ class IndexUpdater:
 
     def run_until_idle(self) -> list[dict[str, Any]]:
         """Every pending job, with the slices of large documents and summaries (including any a stopped server
-        left deferred)."""
+        left deferred). While a document is applied in slices their summaries wait for the end, where they
+        are made once, instead of the upper layers being summarized again for every slice."""
         out = []
-        while (result := self.write_step() or self.summarize_pending()) is not None:
+        while True:
+            slicing = bool(self.store.manifest().chunks_pending)
+            result = self.write_step(defer_summaries=slicing) or self.summarize_pending()
+            if result is None:
+                return out
             out.append(result)
-        return out
 
     def _apply(self, jobs: list[Job], defer_summaries: bool = False) -> dict[str, Any]:
         live = self.load()

@@ -76,7 +76,7 @@ class Journal:
         job_id = uuid.uuid4().hex
         accepted_at = time.time()
         line = json.dumps({"job_id": job_id, "op": op, "accepted_at": accepted_at, **payload},
-                          ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+                          ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:

@@ -79,3 +79,11 @@ def test_any_string_is_accepted_or_refused_with_an_input_error(text):
         out.encode("utf-8")
         if check is check_id:
             assert "\n" not in out and "\r" not in out and out == out.strip()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_metadata_numbers_must_be_json_numbers(value):
+    with pytest.raises(InputError, match=r"documents\.0\.metadata\.score: .* is not a JSON number"):
+        check_metadata({"score": value}, "documents.0.metadata")
+    with pytest.raises(InputError, match="not a JSON number"):
+        check_metadata({"scores": [1.0, value]}, "m")
