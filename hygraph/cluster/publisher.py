@@ -52,7 +52,7 @@ from hygraph.indexing.stages.vectors import VectorDelta
 from hygraph.indexing.state import IndexState
 from hygraph.indexing.update import Applied, Applier, LiveIndex, PresentDocuments, fold_jobs
 from hygraph.store.artifacts import ARTIFACTS, TERMS
-from hygraph.store.journal import Job, Journal, bounded_error
+from hygraph.store.journal import Job, Journal, bounded_error, job_error
 from hygraph.store.versions import IndexStore, VersionWriter
 
 log = logging.getLogger("hygraph.updater")
@@ -235,10 +235,10 @@ class IndexUpdater:
         return last
 
     def _fail(self, job: Job, exc: BaseException) -> None:
-        error = bounded_error(f"{type(exc).__name__}: {exc}")
-        log.warning("journal job %s failed and is skipped: %s", job.job_id, error)
+        log.warning("journal job %s failed and is skipped: %s", job.job_id,
+                    bounded_error(f"{type(exc).__name__}: {exc}"))
         log.debug("journal job %s failure", job.job_id, exc_info=exc)
-        self.journal.mark_failed(job.job_id, error)
+        self.journal.mark_failed(job.job_id, job_error(exc))
         self._attempts.pop(job.job_id, None)
 
     def summaries_age(self) -> float | None:
