@@ -86,7 +86,8 @@ class StreamOptions(BaseModel):
     include_obfuscation: StrictBool = False  # accepted; no obfuscation padding is sent
 
 
-def _sampling(low: float, high: float | None = None) -> Any:
+def _sampling(low: float, high: float) -> Any:
+    """An optional OpenAI sampling number within its documented range (finite)."""
     return Field(None, ge=low, le=high, allow_inf_nan=False)
 
 
