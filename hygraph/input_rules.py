@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from typing import Any
 
 from hygraph.errors import InputError
@@ -26,6 +27,11 @@ MAX_METADATA_BYTES = 16_384
 # which break line-oriented logs and files as a newline would.
 _TEXT_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 _ID_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# Unicode category Cf (format: zero-width spaces and joiners, bidi overrides, the BOM, soft hyphens):
+# invisible, so two ids that look the same would differ, and a right-to-left override makes
+# `invoice-\u202egnp.exe` read as `invoice-exe.png`. Ids refuse them; texts keep them (emoji
+# sequences, Arabic and Hebrew need joiners and direction marks).
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Zs"})
 
 
 def preview(value: str, limit: int = 40) -> str:
@@ -39,9 +45,13 @@ def _bad_char(value: str, forbidden: re.Pattern[str]) -> int:
     return found.start() if found else -1
 
 
+def _format_char(value: str) -> int:
+    return next((i for i, c in enumerate(value) if unicodedata.category(c) == "Cf"), -1)
+
+
 def check_id(value: Any, field: str) -> str:
-    """A document id: 1-256 characters, no control characters, surrogates or line separators, no
-    leading or trailing whitespace, and not `.` or `..` (which URL paths cannot carry)."""
+    """A document id: 1-256 characters, no control characters, surrogates, line separators or format
+    characters (Cf), no leading or trailing whitespace, and not `.` or `..` (which URL paths cannot carry)."""
     if not isinstance(value, str):
         raise InputError(f"{field}: must be a string")
     if not value:
@@ -51,6 +61,10 @@ def check_id(value: Any, field: str) -> str:
     at = _bad_char(value, _ID_FORBIDDEN)
     if at >= 0:
         raise InputError(f"{field}: character U+{ord(value[at]):04X} at position {at} is not allowed in an id")
+    at = _format_char(value)
+    if at >= 0:
+        raise InputError(f"{field}: invisible format character U+{ord(value[at]):04X} at position {at} "
+                         "is not allowed in an id")
     if value != value.strip():
         raise InputError(f"{field}: must not start or end with whitespace")
     if value in (".", ".."):
@@ -73,9 +87,13 @@ def check_text(value: Any, field: str, max_chars: int | None = None) -> str:
 
 
 def check_nonblank_text(value: Any, field: str, max_chars: int | None = None) -> str:
+    """`check_text` holding at least one visible character: whitespace, controls and format characters
+    alone (a question of zero-width spaces) are empty."""
     text = check_text(value, field, max_chars)
     if not text.strip():
         raise InputError(f"{field}: must not be empty")
+    if all(unicodedata.category(c) in _INVISIBLE for c in text):
+        raise InputError(f"{field}: must hold a visible character")
     return text
 
 

@@ -19,6 +19,7 @@ from hygraph.config import MODES, RetrievalConfig
 from hygraph.core.retrieval.context import Context, ContextItem
 from hygraph.engine import Loaded, QueryEngine
 from hygraph.errors import InputError
+from hygraph.input_rules import check_nonblank_text
 
 Encode = Callable[[Sequence[str]], np.ndarray]
 
@@ -35,8 +36,7 @@ class QueryRequest:
     def make(cls, cfg: RetrievalConfig, question: str, mode: str | None = None, k: int | None = None,
              min_version: int | None = None, answer: bool = True) -> "QueryRequest":
         """The request with the configured defaults; InputError naming the bad field."""
-        if not question or not question.strip():
-            raise InputError("question: must not be empty")
+        check_nonblank_text(question, "question")
         mode = mode or cfg.mode
         if mode not in MODES:
             raise InputError(f"mode: unknown mode '{mode[:40]}' (one of {', '.join(MODES)})")

@@ -112,19 +112,19 @@ async def served(url: str, questions: list[str], concurrency: int, baseline_s: f
     samples: list[tuple[float, float, bool]] = []
     windows: list[tuple[float, float]] = []
     stop = asyncio.Event()
+    auth = {"Authorization": f"Bearer {KEY}"}
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
-        while "online" not in (await http.get("/v1/updater")).json():
+        while "online" not in (await http.get("/v1/updater", headers=auth)).json():
             await asyncio.sleep(1)  # the updater is still loading its models
         workers = [asyncio.create_task(_worker(http, questions, k, stop, samples)) for k in range(concurrency)]
         await asyncio.sleep(baseline_s)
         baseline_end = time.perf_counter()
-        auth = {"Authorization": f"Bearer {KEY}"}
         for r in range(recalibrations):
-            done_before = (await http.get("/v1/updater")).json()["online"]["recalibrations"]
+            done_before = (await http.get("/v1/updater", headers=auth)).json()["online"]["recalibrations"]
             start = time.perf_counter()
             assert (await http.post("/v1/updater/recalibrate", headers=auth)).status_code == 202
             deadline = start + timeout_s
-            while (await http.get("/v1/updater")).json()["online"]["recalibrations"] == done_before:
+            while (await http.get("/v1/updater", headers=auth)).json()["online"]["recalibrations"] == done_before:
                 if time.perf_counter() > deadline:
                     raise RuntimeError("a recalibration did not finish in time")
                 await asyncio.sleep(0.2)
@@ -134,7 +134,7 @@ async def served(url: str, questions: list[str], concurrency: int, baseline_s: f
             await asyncio.sleep(2.0)  # let the Retriever settle on the new version between windows
         stop.set()
         await asyncio.gather(*workers)
-        status = (await http.get("/v1/updater")).json()
+        status = (await http.get("/v1/updater", headers=auth)).json()
 
     def during(t: float) -> bool:
         return any(a <= t <= b for a, b in windows)

@@ -53,7 +53,7 @@ from hygraph.indexing.stages.vectors import VectorDelta
 from hygraph.indexing.state import IndexState
 from hygraph.indexing.update import Applied, Applier, Batch, LiveIndex, PresentDocuments, fold_jobs
 from hygraph.store.artifacts import ARTIFACTS, TERMS
-from hygraph.store.journal import Job, Journal, bounded_error
+from hygraph.store.journal import Job, Journal, bounded_error, job_error
 from hygraph.store.versions import IndexStore, VersionWriter
 from hygraph.store.view_loader import release_freed_memory
 
@@ -238,10 +238,9 @@ class IndexUpdater:
         return last
 
     def _fail(self, job_id: str, exc: BaseException) -> None:
-        error = bounded_error(f"{type(exc).__name__}: {exc}")
-        log.warning("journal job %s failed and is skipped: %s", job_id, error)
+        log.warning("journal job %s failed and is skipped: %s", job_id, bounded_error(f"{type(exc).__name__}: {exc}"))
         log.debug("journal job %s failure", job_id, exc_info=exc)
-        self.journal.mark_failed(job_id, error)
+        self.journal.mark_failed(job_id, job_error(exc))
         self._attempts.pop(job_id, None)
 
     def summaries_age(self) -> float | None:

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -125,8 +126,9 @@ class RequestMiddleware:
     - a request id (the client's `X-Request-Id` when it is a short token, else a new one) in a
       context variable for logs and in every response;
     - the body read up front under `max_body_bytes` (413) and `body_timeout_s` (408: a client that
-      declares more than it sends cannot hold a worker), refused when nested deeper than
-      MAX_BODY_DEPTH (400);
+      declares more than it sends cannot hold a worker); a JSON body that is not UTF-8, not JSON,
+      nested deeper than MAX_BODY_DEPTH or holding an integer past Python's digit limit is 400
+      `malformed`, and so is a second `Authorization` header;
     - any exception that escapes a route mapped to the JSON error shape (`as_api_error`).
     """
 
@@ -160,6 +162,9 @@ class RequestMiddleware:
             if size > limits.max_header_bytes:
                 raise ApiError(431, "headers_too_large",
                                f"headers: {size} bytes exceeds the limit of {limits.max_header_bytes}")
+            auths = sum(k.lower() == b"authorization" for k, _ in raw_headers)
+            if auths > 1:  # which one counts would depend on the server: neither does
+                raise ApiError(400, "malformed", f"authorization: the header is sent {auths} times; send it once")
             body_receive = await _read_body(scope, receive, headers, limits)
             await self.app(scope, body_receive, send_with_id)
         except Exception as exc:  # noqa: BLE001 - every escaped error becomes the JSON error shape
@@ -193,7 +198,7 @@ async def _read_body(scope: Scope, receive: Receive, headers: dict[str, str], li
     except TimeoutError:
         raise ApiError(408, "timeout", f"body: not received within {limits.body_timeout_s:g} s") from None
     if body and "json" in headers.get("content-type", "application/json"):
-        _check_depth(bytes(body))
+        _check_json(bytes(body))
     delivered = False
 
     async def replay() -> Message:
@@ -206,15 +211,31 @@ async def _read_body(scope: Scope, receive: Receive, headers: dict[str, str], li
     return replay
 
 
-def _check_depth(body: bytes) -> None:
+def _check_json(body: bytes) -> None:
+    """A JSON body the routes can parse: every way it cannot is one 400 `malformed` naming the reason."""
     try:
-        parsed = json.loads(body)
+        parsed = json.loads(body, parse_constant=_not_json)
+    except _NotJson as exc:
+        raise ApiError(400, "malformed", f"body: {exc} is not JSON (numbers must be finite)") from None
     except RecursionError:
         raise ApiError(400, "malformed", f"body: nested deeper than {MAX_BODY_DEPTH} levels") from None
-    except ValueError:
-        return  # not JSON: the route's own parsing answers 400
+    except UnicodeDecodeError:
+        raise ApiError(400, "malformed", "body: not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, "malformed", f"body: not valid JSON ({exc.msg} at position {exc.pos})") from None
+    except ValueError:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
+        raise ApiError(400, "malformed", f"body: an integer has more than {sys.get_int_max_str_digits()} "
+                       "digits") from None
     if depth(parsed) > MAX_BODY_DEPTH:
         raise ApiError(400, "malformed", f"body: nested deeper than {MAX_BODY_DEPTH} levels")
+
+
+class _NotJson(Exception):
+    """NaN, Infinity or -Infinity: Python's parser takes them, JSON has no such numbers."""
+
+
+def _not_json(constant: str) -> None:
+    raise _NotJson(constant)
 
 
 _ENDPOINTS = (("/v1/query", "query"), ("/v1/chat/", "chat"), ("/v1/documents", "documents"), ("/v1/jobs/", "jobs"),

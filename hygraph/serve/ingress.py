@@ -35,7 +35,9 @@ def _answered(to_api_error: Any) -> Any:
 
 def build_api(gateway: Any, limits: HttpLimits) -> FastAPI:
     """The FastAPI app: routers, middleware, error handlers, and what they read from `app.state`."""
-    api = FastAPIOffline(title="hygraph", version=__version__,
+    # No trailing-slash redirects: Starlette builds their Location from the request's Host header
+    # (an open redirect behind a proxy that passes Host through); such a path is a 404 or 405 instead.
+    api = FastAPIOffline(title="hygraph", version=__version__, redirect_slashes=False,
                          description="Graph-RAG question answering over a live index (CONTRACT.md).")
     api.add_middleware(RequestMiddleware)
     for router in (query.router, documents.router, ops.router):

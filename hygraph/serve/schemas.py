@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      model_validator)
 
 from hygraph.config import Mode
 from hygraph.errors import InputError
-from hygraph.input_rules import MAX_ID_CHARS, check_id, check_json, check_metadata, check_text
+from hygraph.input_rules import MAX_ID_CHARS, check_id, check_json, check_metadata, check_nonblank_text, check_text
 
 
 def _rule(check: Callable[[Any, str], Any]) -> AfterValidator:
@@ -31,13 +32,7 @@ DocId = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS), id_ru
 Metadata = Annotated[dict[str, Any], _rule(check_metadata)]
 
 
-def _nonblank(value: str, field: str) -> str:
-    if not value.strip():
-        raise InputError(f"{field}: must not be empty")
-    return value
-
-
-NonBlankText = Annotated[StrictStr, Field(min_length=1), _rule(check_text), _rule(_nonblank)]
+NonBlankText = Annotated[StrictStr, Field(min_length=1), _rule(check_nonblank_text)]
 
 
 class QueryRequest(BaseModel):
@@ -83,16 +78,37 @@ class HygraphOptions(BaseModel):
     min_index_version: Optional[StrictInt] = Field(None, ge=0)
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # OpenAI's: one more chunk before `[DONE]`, `choices: []` and the request's `usage`.
+    include_usage: StrictBool = False
+    include_obfuscation: StrictBool = False  # accepted; no obfuscation padding is sent
+
+
+def _sampling(low: float, high: float) -> Any:
+    """An optional OpenAI sampling number within its documented range (finite)."""
+    return Field(None, ge=low, le=high, allow_inf_nan=False)
+
+
 class ChatRequest(BaseModel):
-    """OpenAI chat-completions request. Sampling fields are accepted (clients always send some)
-    and passed to nothing: the answer comes from the configured `answer` role. `hygraph` selects
-    the retrieval mode and depth."""
+    """OpenAI chat-completions request. Sampling fields are checked against OpenAI's ranges (clients
+    always send some) and passed to nothing: the answer comes from the configured `answer` role.
+    One choice is made (`n` above 1 is refused). `hygraph` selects the retrieval mode and depth."""
 
     model_config = ConfigDict(extra="allow")
 
     model: StrictStr = Field("hygraph", max_length=MAX_ID_CHARS)
     messages: list[ChatMessage] = Field(min_length=1, max_length=256)
     stream: StrictBool = False
+    stream_options: Optional[StreamOptions] = None
+    n: Optional[StrictInt] = Field(None, ge=1, le=1, description="only 1: one answer is made per request")
+    temperature: Optional[StrictFloat] = _sampling(0, 2)
+    top_p: Optional[StrictFloat] = _sampling(0, 1)
+    presence_penalty: Optional[StrictFloat] = _sampling(-2, 2)
+    frequency_penalty: Optional[StrictFloat] = _sampling(-2, 2)
+    max_tokens: Optional[StrictInt] = Field(None, ge=1)
+    max_completion_tokens: Optional[StrictInt] = Field(None, ge=1)
     hygraph: Optional[HygraphOptions] = None
 
     @model_validator(mode="after")

@@ -51,6 +51,16 @@ def bounded_error(text: str) -> str:
     return preview(first, MAX_ERROR_CHARS)
 
 
+def job_error(exc: BaseException) -> str:
+    """What a failed job's status says (anyone holding a key may poll it): an input rule's message, which
+    names a field of this job's own payload, else only the kind of failure. Other exceptions can quote
+    other documents (a vector store's key clash names the stored id), so their text goes to the
+    updater's log only."""
+    if isinstance(exc, InputError):
+        return bounded_error(f"InputError: {exc}")
+    return f"{type(exc).__name__}: the job could not be applied (the updater's log has the details)"
+
+
 @dataclass(frozen=True)
 class Job:
     job_id: str

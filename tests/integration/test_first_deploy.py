@@ -49,11 +49,11 @@ def test_serving_waits_for_the_first_build_then_serves_it(hotpot_subset, tmp_pat
         assert "no index version yet" in query.json()["error"]["message"]
         doc = {"id": "first-deploy-doc", "title": "Quillimant Observatory",
                "text": "The Quillimant Observatory was journaled before the first index existed."}
-        accepted = httpx.post(url + "/v1/documents", json={"documents": [doc]},
-                              headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+        auth = {"Authorization": f"Bearer {KEY}"}
+        accepted = httpx.post(url + "/v1/documents", json={"documents": [doc]}, headers=auth, timeout=30)
         assert accepted.status_code == 202
         job_id = accepted.json()["job_id"]
-        assert httpx.get(url + f"/v1/jobs/{job_id}", timeout=30).json()["status"] == "queued"
+        assert httpx.get(url + f"/v1/jobs/{job_id}", headers=auth, timeout=30).json()["status"] == "queued"
 
         built = last_json(run_cli("index", "--corpus", str(small), "--index-dir", str(index_dir)))
         deadline = time.monotonic() + 180
@@ -63,7 +63,7 @@ def test_serving_waits_for_the_first_build_then_serves_it(hotpot_subset, tmp_pat
         out = httpx.post(url + "/v1/query", json={"question": rows[0]["title"], "mode": "dense"}, timeout=60).json()
         assert out["index_version"] >= built["version"] and out["passages"][0]["id"] == rows[0]["id"]
         # The write acknowledged before the build is applied on top of it, by the updater that waited.
-        while (job := httpx.get(url + f"/v1/jobs/{job_id}", timeout=30).json())["status"] != "done":
+        while (job := httpx.get(url + f"/v1/jobs/{job_id}", headers=auth, timeout=30).json())["status"] != "done":
             assert job["status"] in ("queued", "running") and time.monotonic() < deadline, job
             time.sleep(1)
         assert job["index_version"] > built["version"]

@@ -23,6 +23,7 @@ from tests.integration.conftest import last_json, run_cli, serving
 
 pytestmark = pytest.mark.integration
 KEY = "test-key-5f2c"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @pytest.fixture(scope="module")
@@ -248,10 +249,10 @@ def test_hyperbolic_queries_feed_the_online_learner_and_recalibration_is_on_dema
     """HyperRAG §3.3 over HTTP: a hyperbolic query reaches the updater as an L_inc step; a requested
     recalibration publishes a version the Retriever moves to, with no failed query meanwhile."""
     url = server["url"]
-    steps = httpx.get(url + "/v1/updater").json()["online"]["steps"]
+    steps = httpx.get(url + "/v1/updater", headers=AUTH).json()["online"]["steps"]
     server["client"].query(QUESTION, mode="hyperbolic")
     deadline = time.monotonic() + 30
-    while (online := httpx.get(url + "/v1/updater").json()["online"])["steps"] == steps:
+    while (online := httpx.get(url + "/v1/updater", headers=AUTH).json()["online"])["steps"] == steps:
         assert time.monotonic() < deadline, online
         time.sleep(0.2)
     assert online["steps"] >= steps + 1 and online["since_recalibration"] >= 1
@@ -262,7 +263,7 @@ def test_hyperbolic_queries_feed_the_online_learner_and_recalibration_is_on_dema
         resp = httpx.post(url + "/v1/updater/recalibrate", headers={"Authorization": f"Bearer {KEY}"})
         assert resp.status_code == 202 and resp.json() == {"requested": True}
         deadline = time.monotonic() + 120
-        while (status := httpx.get(url + "/v1/updater").json())["online"]["recalibrations"] < \
+        while (status := httpx.get(url + "/v1/updater", headers=AUTH).json())["online"]["recalibrations"] < \
                 online["recalibrations"] + 1:
             assert time.monotonic() < deadline, status
             time.sleep(0.5)

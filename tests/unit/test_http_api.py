@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -49,14 +50,24 @@ class StubGateway:
         return {"answer": "42", "mode": "dense", "passages": [], "context": {"citations": []}, "index_version": 1,
                 "timings_ms": {}, "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
 
+    async def query_stream(self, req: Any) -> Any:
+        for piece in ["4", "2"]:
+            yield piece
+        yield await self.query(req)
+
     async def job_status(self, job_id: str) -> dict | None:
         return None
+
+    def updater(self) -> Any:
+        async def status() -> dict:
+            return {"pending": 0, "last_error": None}
+        return SimpleNamespace(status=SimpleNamespace(remote=status))
 
 
 @pytest.fixture()
 def client():
     gw = StubGateway()
-    api = build_api(gw, HttpLimits(max_body_bytes=4096, body_timeout_s=1.0, max_header_bytes=8192,
+    api = build_api(gw, HttpLimits(max_body_bytes=8192, body_timeout_s=1.0, max_header_bytes=8192,
                                    on_request=lambda e: None,
                                    on_error=lambda e, err: gw.metrics.errors.inc(tags={"status": err.status})))
     with TestClient(api, raise_server_exceptions=False) as c:
@@ -72,13 +83,14 @@ def _post(client, path: str, body: Any, **kw) -> Any:
 @pytest.mark.parametrize("body, status, field", [
     (b"{not json", 400, "body"),
     ({"question": ""}, 422, "question"),
+    ({"question": "\u200b\u200b\ufeff"}, 422, "question"),
     ({"question": "Oahu \ud800 luau"}, 422, "question"),
     ({"question": "nul\x00"}, 422, "question"),
     ({"question": "q", "mode": "sideways"}, 422, "mode"),
     ({"question": "q", "top_k": 0}, 422, "top_k"),
     ({"question": "q", "colour": "red"}, 422, "colour"),
     ([1, 2], 422, "body"),
-    ({"question": "x" * 5000}, 413, "body"),
+    ({"question": "x" * 9000}, 413, "body"),
     (("[" * 1000 + "]" * 1000).encode(), 400, "body"),
 ])
 def test_bad_queries_get_a_4xx_naming_the_field(client, body, status, field):
@@ -135,8 +147,9 @@ def test_delete_takes_any_valid_id_percent_encoded_and_refuses_long_ones(client)
 
 
 def test_unknown_job_ids_are_404_or_422_without_echo(client):
-    assert client.get("/v1/jobs/" + "a" * 32).status_code == 404
-    resp = client.get("/v1/jobs/" + "<script>" * 100)
+    auth = {"Authorization": f"Bearer {KEY}"}
+    assert client.get("/v1/jobs/" + "a" * 32, headers=auth).status_code == 404
+    resp = client.get("/v1/jobs/" + "<script>" * 100, headers=auth)
     assert resp.status_code == 422 and "<script>" not in resp.text
 
 
@@ -156,3 +169,114 @@ def test_openapi_references_resolve_and_docs_are_offline(client):
 def test_oversized_headers_are_431(client):
     resp = client.get("/healthz", headers={"X-Big": "x" * 10_000})
     assert resp.status_code == 431 and resp.json()["error"]["code"] == "headers_too_large"
+
+
+@pytest.mark.parametrize("doc_id", ["\u200b", "\ufeffinvoice", "invoice-\u202egnp.exe"])
+def test_ids_with_invisible_format_characters_are_422_naming_the_field(client, doc_id):
+    auth = {"Authorization": f"Bearer {KEY}"}
+    resp = _post(client, "/v1/documents", {"documents": [{"id": doc_id, "text": "x"}]}, headers=auth)
+    assert resp.status_code == 422 and resp.json()["error"]["message"].startswith("documents.0.id"), resp.text
+    resp = client.delete("/v1/documents/" + quote(doc_id, safe=""), headers=auth)
+    assert resp.status_code == 422 and resp.json()["error"]["message"].startswith("doc_id"), resp.text
+    assert not client.gw.appended
+
+
+def test_no_redirect_is_built_from_the_host_header(client):
+    auth = {"Authorization": f"Bearer {KEY}", "Host": "evil.example"}
+    for method, path in [("DELETE", "/v1/documents/"), ("POST", "/v1/query/"), ("GET", "/v1/models/")]:
+        resp = client.request(method, path, headers=auth, follow_redirects=False)
+        assert resp.status_code in (404, 405) and "location" not in resp.headers, (method, path, resp.status_code)
+        assert resp.json()["error"]["code"] in ("not_found", "method_not_allowed")
+
+
+@pytest.mark.parametrize("raw, why", [
+    (b'{"question": "caf\xe9"}', "not valid UTF-8"),
+    (b'{"question": "q"', "not valid JSON"),
+    (b'{"question": "q", "top_k": ' + b"9" * 5000 + b"}", "digits"),
+    (b'{"documents": [{"text": "t", "metadata": {"score": NaN}}]}', "NaN is not JSON"),
+    (b'{"question": "q", "top_k": -Infinity}', "-Infinity is not JSON"),
+])
+def test_every_unparseable_body_is_400_malformed(client, raw, why):
+    resp = _post(client, "/v1/query", raw)
+    err = resp.json()["error"]
+    assert resp.status_code == 400 and err["code"] == "malformed" and why in err["message"], resp.text
+    assert not client.gw.asked
+
+
+def test_two_authorization_headers_are_refused_naming_the_header(client):
+    for pair in [(f"Bearer {KEY}", "Bearer wrong"), ("Bearer wrong", f"Bearer {KEY}")]:
+        headers = [("Content-Type", "application/json")] + [("Authorization", v) for v in pair]
+        resp = client.post("/v1/documents", content=json.dumps({"documents": [{"text": "x"}]}).encode(),
+                           headers=headers)
+        err = resp.json()["error"]
+        assert resp.status_code == 400 and err["code"] == "malformed" and err["message"].startswith("authorization")
+    assert not client.gw.appended
+
+
+def _chat(client, extra: dict, messages: list | None = None) -> Any:
+    body = {"model": "hygraph", "messages": messages or [{"role": "user", "content": "hi"}], **extra}
+    return _post(client, "/v1/chat/completions", body)
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"n": 3}, "n"), ({"n": 0}, "n"), ({"temperature": 5}, "temperature"), ({"temperature": -0.1}, "temperature"),
+    ({"top_p": 7}, "top_p"), ({"max_tokens": -5}, "max_tokens"), ({"max_tokens": 0}, "max_tokens"),
+    ({"max_completion_tokens": 0}, "max_completion_tokens"), ({"presence_penalty": 2.5}, "presence_penalty"),
+    ({"frequency_penalty": -3}, "frequency_penalty"), ({"temperature": "hot"}, "temperature"),
+    ({"stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
+])
+def test_chat_parameters_outside_openais_ranges_are_422_naming_them(client, extra, field):
+    resp = _chat(client, extra)
+    assert resp.status_code == 422 and resp.json()["error"]["message"].startswith(field + ":"), resp.text
+    assert not client.gw.asked
+
+
+def test_chat_parameters_inside_openais_ranges_are_accepted(client):
+    extra = {"n": 1, "temperature": 2, "top_p": 0, "max_tokens": 1, "presence_penalty": -2, "frequency_penalty": 2.0,
+             "seed": 7, "user": "u1"}
+    out = _chat(client, extra).json()
+    assert len(out["choices"]) == 1 and out["choices"][0]["message"]["content"] == "42"
+
+
+@pytest.mark.parametrize("messages, where", [
+    ([{"role": "system", "content": "be brief"}, {"role": "user", "content": "\u200b\u200b"}], "messages.1.content"),
+    ([{"role": "user", "content": "ok"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": " "}],
+     "messages.2.content"),
+    ([{"role": "user", "content": [{"type": "text", "text": "\ufeff"}]}], "messages.0.content"),
+    ([{"role": "system", "content": "s"}, {"role": "user", "content": "x" * 2001}], "messages.1.content"),
+])
+def test_chat_errors_name_the_offending_message(client, messages, where):
+    resp = _chat(client, {}, messages)
+    assert resp.status_code == 422 and resp.json()["error"]["message"].startswith(where + ":"), resp.text
+    assert "question" not in resp.json()["error"]["message"]
+    assert not client.gw.asked
+
+
+def _chunks(resp: Any) -> list[Any]:
+    data = [line.removeprefix("data: ") for line in resp.text.splitlines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    return [json.loads(d) for d in data[:-1]]
+
+
+def test_streamed_usage_is_openais_separate_last_chunk(client):
+    chunks = _chunks(_chat(client, {"stream": True, "stream_options": {"include_usage": True}}))
+    *body, last = chunks
+    assert last["choices"] == [] and last["usage"] == {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    assert all(c["usage"] is None and len(c["choices"]) == 1 for c in body)
+    assert body[-1]["choices"][0]["finish_reason"] == "stop" and "hygraph" in body[-1]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in body) == "42"
+    # Without it, as OpenAI does: no usage in any chunk.
+    chunks = _chunks(_chat(client, {"stream": True}))
+    assert all("usage" not in c and len(c["choices"]) == 1 for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_status_needs_a_key_whenever_keys_are_configured(client):
+    """`require_key_for_reads` is off: questions are open, the updater's and jobs' status are not."""
+    assert _post(client, "/v1/query", {"question": "q"}).status_code == 200
+    for path in ["/v1/updater", "/v1/jobs/" + "a" * 32]:
+        resp = client.get(path)
+        assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized", path
+    auth = {"Authorization": f"Bearer {KEY}"}
+    assert client.get("/v1/updater", headers=auth).json() == {"pending": 0, "last_error": None}
+    assert client.get("/v1/jobs/" + "a" * 32, headers=auth).status_code == 404

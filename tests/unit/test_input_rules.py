@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
@@ -26,6 +27,9 @@ def test_hostile_but_printable_ids_are_data(doc_id):
     ("", "empty"), ("a" * (MAX_ID_CHARS + 1), "exceeds"), ("a\nb", "U+000A"), ("a\x00b", "U+0000"),
     ("a\ud800b", "U+D800"), ("a\u2028b", "U+2028"), (" lead", "whitespace"), ("trail\t", "U+0009"),
     (".", "not a valid id"), ("..", "not a valid id"), (42, "string"),
+    # Invisible format characters (Cf): a zero-width space alone, a BOM prefix, a right-to-left override.
+    ("\u200b", "U+200B at position 0"), ("\ufeffreport", "U+FEFF"), ("invoice-\u202egnp.exe", "U+202E at position 8"),
+    ("a\u200db", "U+200D"), ("soft\u00adhyphen", "U+00AD"),
 ])
 def test_ids_that_cannot_be_stored_or_addressed_are_refused(doc_id, why):
     with pytest.raises(InputError, match=re.escape(why)):
@@ -42,6 +46,15 @@ def test_text_keeps_tabs_and_newlines_and_refuses_other_controls_and_surrogates(
         check_text("abcd", "text", max_chars=3)
     with pytest.raises(InputError, match="must not be empty"):
         check_nonblank_text(" \n ", "text")
+
+
+def test_nonblank_text_needs_a_visible_character_and_text_keeps_format_characters():
+    for invisible in ["\u200b", "\u200b\u200c\u200d\ufeff", " \u2060\t\u202e "]:
+        with pytest.raises(InputError, match="question: must hold a visible character"):
+            check_nonblank_text(invisible, "question")
+    # Joiners and direction marks are part of real text: emoji sequences, Hebrew inside Latin.
+    for text in ["\U0001F469\u200d\U0001F4BB", "say \u200fשלום\u200f", "x\u200b"]:
+        assert check_nonblank_text(text, "question") == text
 
 
 def test_metadata_depth_and_size_are_bounded():
@@ -79,6 +92,7 @@ def test_any_string_is_accepted_or_refused_with_an_input_error(text):
         out.encode("utf-8")
         if check is check_id:
             assert "\n" not in out and "\r" not in out and out == out.strip()
+            assert not any(unicodedata.category(c) == "Cf" for c in out)
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from hygraph.errors import InputError
-from hygraph.store.journal import MAX_ERROR_CHARS, Journal
+from hygraph.errors import InputError, StoreError
+from hygraph.store.journal import MAX_ERROR_CHARS, Journal, job_error
 
 
 def test_jobs_are_appended_in_order_with_growing_offsets(tmp_path):
@@ -73,3 +73,12 @@ def test_failed_errors_are_one_bounded_line(tmp_path):
     with (j.path.parent / "failed.jsonl").open("a") as fh:
         fh.write('{"job_id": "torn", "err')
     assert set(j.failed()) == {"abc"}
+
+
+def test_a_job_error_quotes_no_other_document():
+    """What a poller reads: an input rule's message about this job's own field, else only the kind."""
+    clash = StoreError("chunks: id 'mine:0' shares its key with stored id 'payroll-2026-confidential:3'")
+    assert job_error(clash) == "StoreError: the job could not be applied (the updater's log has the details)"
+    assert job_error(KeyError("someone-elses-doc")).startswith("KeyError:") and "someone" not in job_error(
+        KeyError("someone-elses-doc"))
+    assert job_error(InputError("documents.0.id: must not be empty")) == "InputError: documents.0.id: must not be empty"

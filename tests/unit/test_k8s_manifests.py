@@ -165,7 +165,7 @@ def test_generated_serve_configs_are_up_to_date():
 def test_renders_the_expected_objects(target):
     objs = rendered(target)
     kinds = sorted(d["kind"] for d in objs)
-    expected = ["ConfigMap", "ConfigMap", "CronJob", "Namespace", "PersistentVolumeClaim", "PodMonitor",
+    expected = ["ConfigMap", "ConfigMap", "CronJob", "Ingress", "Namespace", "PersistentVolumeClaim", "PodMonitor",
                 "RayService", "Service"]
     if target == "gpu":  # the models volume and vLLM's own RayService
         expected += ["PersistentVolumeClaim", "RayService"]
@@ -409,6 +409,25 @@ def test_index_job_submits_hygraph_index_to_the_cluster(target):
     assert args.index_dir == INDEX_MOUNT and args.corpus == env["CORPUS"]
     # the build-only overrides are valid keys of the profile
     load_config(ROOT / "configs" / PROFILE[target], env=runtime_env.get("env_vars", {}))
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_ingress_reaches_the_serve_proxy_behind_a_header_read_timeout(target):
+    """Serve's proxy (uvicorn) never times out a request's headers: the ingress-nginx controller does,
+    within the service's own body timeout, and passes what the service would accept."""
+    cfg = profile(target)
+    ing = one(target, "Ingress", "hygraph")
+    backend = ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    rs = one(target, "RayService", "hygraph")["metadata"]["name"]
+    assert backend == {"name": f"{rs}-serve-svc", "port": {"number": cfg.serve.port}}  # KubeRay's serve Service
+    notes = ing["metadata"]["annotations"]
+    assert notes["nginx.ingress.kubernetes.io/proxy-body-size"] == f"{cfg.serve.max_body_bytes // 2**20}m"
+    assert notes["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    controller = yaml.safe_load((K8S / "ingress-nginx" / "values.yaml").read_text())["controller"]["config"]
+    assert 0 < int(controller["client-header-timeout"]) <= cfg.serve.body_timeout_s
+    assert 0 < int(controller["client-body-timeout"]) <= cfg.serve.body_timeout_s
+    count, size = controller["large-client-header-buffers"].split()
+    assert int(size.removesuffix("k")) * 1024 == cfg.serve.max_header_bytes and int(count) >= 1
 
 
 # ---------------------------------------------------------------------------------------- monitoring

@@ -21,3 +21,9 @@ async def read_access(request: Request, authorization: str = Header("", include_
 async def write_access(request: Request, authorization: str = Header("", include_in_schema=False)) -> None:
     """Writes need a key whenever keys are configured."""
     check_key(authorization, gateway(request).keys, True)
+
+
+async def status_access(request: Request, authorization: str = Header("", include_in_schema=False)) -> None:
+    """Operational status (the updater's recent jobs and errors, a job's outcome) names jobs and what
+    failed: it needs a key whenever keys are configured, whatever `require_key_for_reads` says."""
+    check_key(authorization, gateway(request).keys, True)

@@ -14,7 +14,7 @@ from hygraph.input_rules import MAX_ID_CHARS
 from hygraph.model import Document
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.http import ApiError
-from hygraph.serve.routes import gateway, read_access, write_access
+from hygraph.serve.routes import gateway, status_access, write_access
 from hygraph.serve.schemas import DocumentsRequest, id_rule
 
 
@@ -66,7 +66,7 @@ async def delete_document(request: Request,
     return JSONResponse({"job_id": job.job_id}, status_code=202)
 
 
-@router.get("/v1/jobs/{job_id}", dependencies=[Depends(read_access)])
+@router.get("/v1/jobs/{job_id}", dependencies=[Depends(status_access)])
 async def job(job_id: JobId, gw: Gateway = Depends(gateway)) -> Any:
     """`done` once the version holding the job is published, with that `index_version`: a query with
     `min_index_version` set to it (the client does this) is answered from it or a newer one."""

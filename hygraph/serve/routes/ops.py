@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
 from hygraph.serve.gateway import Gateway
-from hygraph.serve.routes import gateway, read_access, write_access
+from hygraph.serve.routes import gateway, status_access, write_access
 
 router = APIRouter(tags=["operations"])
 
@@ -24,7 +24,7 @@ async def readyz(gw: Gateway = Depends(gateway)) -> Any:
     return JSONResponse({"status": "ready", "index_version": version})
 
 
-@router.get("/v1/updater", dependencies=[Depends(read_access)])
+@router.get("/v1/updater", dependencies=[Depends(status_access)])
 async def updater_status(gw: Gateway = Depends(gateway)) -> Any:
     return JSONResponse(await gw.updater().status.remote())
 

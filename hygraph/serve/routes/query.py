@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from hygraph.input_rules import check_nonblank_text
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.http import ApiError, as_api_error, error_body
 from hygraph.serve.routes import gateway, read_access
@@ -73,11 +74,14 @@ async def models(gw: Gateway = Depends(gateway)) -> Any:
 async def chat(body: ChatRequest, gw: Gateway = Depends(gateway)) -> Any:
     if body.model not in ("hygraph", gw.index_name):
         raise ApiError(404, "model_not_found", "model: not served here (GET /v1/models lists the models)")
-    users = [m for m in body.messages if m.role == "user"]
+    users = [i for i, m in enumerate(body.messages) if m.role == "user"]
     if not users:
         raise ApiError(422, "invalid_field", "messages: no message with role 'user'")
+    # The question is the last user message: its rules are checked here, where its index is known.
+    question = check_nonblank_text(body.messages[users[-1]].text(), f"messages.{users[-1]}.content",
+                                   gw.cfg.serve.max_question_chars)
     opts = body.hygraph
-    req = gw.request(users[-1].text(), opts.mode if opts else None, opts.top_k if opts else None,
+    req = gw.request(question, opts.mode if opts else None, opts.top_k if opts else None,
                      opts.min_index_version if opts else None)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if not body.stream:
@@ -88,18 +92,28 @@ async def chat(body: ChatRequest, gw: Gateway = Depends(gateway)) -> Any:
                          "message": {"role": "assistant", "content": out["answer"]}}],
             "usage": _usage(out), "hygraph": _extension(out)})
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    include_usage = body.stream_options is not None and body.stream_options.include_usage
+    # As OpenAI sends it: with `stream_options.include_usage` every chunk has `usage: null` and one
+    # last chunk, `choices: []`, carries the usage.
+    usage_field = {"usage": None} if include_usage else {}
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
         obj = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": body.model,
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+               "choices": choices, **usage_field, **extra}
         return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
 
+    def choice(delta: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+        return [{"index": 0, "delta": delta, "finish_reason": finish}]
+
     async def events() -> AsyncIterator[bytes]:
-        yield chunk({"role": "assistant", "content": ""})
+        yield chunk(choice({"role": "assistant", "content": ""}))
         async for piece in gw.query_stream(req):
             if isinstance(piece, dict):
-                yield chunk({}, "stop", usage=_usage(piece), hygraph=_extension(piece))
+                yield chunk(choice({}, "stop"), hygraph=_extension(piece))
+                if include_usage:
+                    yield chunk([], usage=_usage(piece))
             else:
-                yield chunk({"content": piece})
+                yield chunk(choice({"content": piece}))
         yield b"data: [DONE]\n\n"
 
     def render(err: ApiError) -> bytes:
