@@ -76,9 +76,8 @@ async def chat(body: ChatRequest, gw: Gateway = Depends(gateway)) -> Any:
     users = [m for m in body.messages if m.role == "user"]
     if not users:
         raise ApiError(422, "invalid_field", "messages: no message with role 'user'")
-    opts = body.hygraph
-    req = gw.request(users[-1].text(), opts.mode if opts else None, opts.top_k if opts else None,
-                     opts.min_index_version if opts else None)
+    opts = body.options()
+    req = gw.request(users[-1].text(), opts.mode, opts.top_k, opts.min_index_version)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if not body.stream:
         out = await gw.query(req)
