@@ -32,8 +32,9 @@ def test_dense_query_answers_from_retrieved_passages(built_index):
     # The JSON is stdout's one line; a person reads the answer, what it cites and the ranking on stderr.
     assert len(proc.stdout.splitlines()) == 1
     err = proc.stderr.splitlines()
-    assert f"Answer: {res['answer']}"[:60] in proc.stderr and "Passages (dense, index version" in proc.stderr
-    assert any(line.startswith("  [") for line in err) and "Lilu" in proc.stderr and "Loading weights" not in proc.stderr
+    assert any(line.startswith("Answer: ") for line in err) and "Passages (dense, index version" in proc.stderr
+    assert any(line.startswith("  [") for line in err) and "Lilu" in proc.stderr
+    assert "Loading weights" not in proc.stderr
     assert res["mode"] == "dense" and len(res["passages"]) == 3
     # hotpotqa_train100-00005 is "Lilu (mythology)": "A lilu ... is a masculine Akkadian word for a spirit".
     assert "hotpotqa_train100-00005" in [p["id"] for p in res["passages"]]
