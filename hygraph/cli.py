@@ -4,7 +4,8 @@ Progress goes to stderr; the result is one JSON object on the last stdout line. 
 exits 2 with one line on stderr that names the problem; no traceback. Any other failure, Ray's
 included, exits 1 and ends with one `hygraph: failed: <reason>` line on stderr. Run as a program,
 the command stops Ray before its last line and then closes stdout and stderr, so nothing a dying
-Ray prints late can follow the result.
+Ray prints late can follow the result; the commands that start Ray run in a watched child process,
+which reports for them when Ray ends them outright.
 """
 
 from __future__ import annotations
@@ -20,8 +21,14 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 from hygraph.runtime.loopback import request_loopback
+from hygraph.runtime.watch import is_child, run_watched
 from hygraph.config import MODES, HygraphConfig, load_config
 from hygraph.errors import HygraphError, InputError, StoreError
+
+
+# Commands that start Ray in their process: run as a program, they run in a watched child (runtime/watch.py),
+# because Ray ends a driver whose node died without letting it report.
+RAY_COMMANDS = ("index", "demo")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -252,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # Model-loading bars ("Loading weights") would bury the command's own progress lines.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if argv is None and args.command in RAY_COMMANDS and not is_child():
+        status = run_watched(sys.argv[1:])
+        _close_output()
+        return status
     run: Callable[[HygraphConfig, argparse.Namespace], dict[str, Any]] = args.run
     try:
         cfg = load_config(args.config)

@@ -13,6 +13,7 @@ from typing import Any
 
 from hygraph.config import RayConfig
 from hygraph.runtime.loopback import LOOPBACK_ENV, SETUP_HOOK, is_loopback, request_loopback
+from hygraph.runtime.watch import RAY_LOGS
 from hygraph.errors import HygraphError, InputError
 
 log = logging.getLogger("hygraph.runtime")
@@ -65,7 +66,7 @@ def init_ray(cfg: RayConfig, metrics_port: int | None = None, log_to_driver: boo
                                "or set ray.loopback_only: false)")
     session = context.address_info.get("session_dir")
     if session and not log_to_driver:
-        print(f"[ray] Ray's logs: {os.path.join(session, 'logs')}", file=sys.stderr, flush=True)
+        print(f"{RAY_LOGS}{os.path.join(session, 'logs')}", file=sys.stderr, flush=True)
     import ray.data
 
     if not log_to_driver:

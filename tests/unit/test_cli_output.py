@@ -103,3 +103,40 @@ def test_eval_runs_the_modes_asked_and_prints_no_rankings(monkeypatch, tmp_path,
     assert cli.main(argv) == 0
     assert asked == [(["dense", "hybrid"], baselines)]
     assert json.loads(capsys.readouterr().out) == {"questions": 1, "k": 5, "modes": {"dense": {}, "hybrid": {}}}
+
+
+def _watched(script: str, capsys) -> tuple[int, str, str]:
+    from hygraph.runtime.watch import run_watched
+
+    status = run_watched([], program=[sys.executable, "-c", textwrap.dedent(script)])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_a_child_ray_ends_outright_still_gets_one_failed_line_and_nothing_on_stdout(capsys):
+    status, out, err = _watched("""
+        import os, sys
+        print("[ray] Ray's logs: /tmp/ray/session_x/logs", file=sys.stderr, flush=True)
+        print("[index] chunk+embed ...", file=sys.stderr, flush=True)
+        print("(raylet) Raylet is terminated. Termination is unexpected.", flush=True)
+        os._exit(1)
+    """, capsys)
+    assert status == 1 and out == ""
+    lines = err.strip().splitlines()
+    assert "(raylet) Raylet is terminated. Termination is unexpected." in lines  # moved to stderr
+    assert lines[-1] == ("hygraph: failed: the command's process ended with status 1 without saying why (Ray ends "
+                         "a driver so when its node dies); Ray's logs: /tmp/ray/session_x/logs")
+
+
+def test_a_watched_child_keeps_its_result_last_on_stdout_and_its_own_failure_line(capsys):
+    status, out, err = _watched("""
+        print('{"version": 3}'); print("(raylet) late words", flush=True)
+    """, capsys)
+    assert status == 0 and out == '{"version": 3}\n' and "(raylet) late words" in err
+    status, out, err = _watched("""
+        import sys
+        print("hygraph: error: corpus.jsonl:2: text: must not be empty", file=sys.stderr); sys.exit(2)
+    """, capsys)
+    assert status == 2 and out == "" and err == "hygraph: error: corpus.jsonl:2: text: must not be empty\n"
+    status, out, err = _watched("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", capsys)
+    assert status == 137 and err == "hygraph: failed: the command's process was killed by SIGKILL\n"
