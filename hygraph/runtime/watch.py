@@ -9,17 +9,19 @@ here when the child could not write its own.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
-from typing import IO, Any, Sequence
+from typing import IO, Any, Callable, Sequence
 
 CHILD_ENV = "HYGRAPH_WATCHED"  # set in the child: it runs the command itself
 RAY_LOGS = "[ray] Ray's logs: "  # the line init_ray writes; named again in a failure line
-READ_AFTER_EXIT_S = 5.0  # a process the child left behind may hold its pipes: output is read this long after
+READ_AFTER_EXIT_S = 5.0
+PR_SET_PDEATHSIG = 1  # prctl(2)  # a process the child left behind may hold its pipes: output is read this long after
 
 
 def is_child() -> bool:
@@ -32,7 +34,8 @@ def run_watched(argv: Sequence[str], program: Sequence[str] = (sys.executable, "
     The child has its own process group, so a terminal's Ctrl-C reaches it once, through this process
     (SIGINT and SIGTERM are forwarded)."""
     proc = subprocess.Popen([*program, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, CHILD_ENV: "1"}, process_group=0)
+                            env={**os.environ, CHILD_ENV: "1"}, process_group=0,
+                            preexec_fn=_die_with(os.getpid()) if sys.platform.startswith("linux") else None)
     before = {sig: signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
               for sig in (signal.SIGINT, signal.SIGTERM)}
     results: list[dict[str, Any]] = []
@@ -64,6 +67,16 @@ def run_watched(argv: Sequence[str], program: Sequence[str] = (sys.executable, "
     logs = f"; Ray's logs: {last_err[1]}" if len(last_err) > 1 else ""
     print(f"hygraph: failed: {how}{logs}", file=sys.stderr, flush=True)
     return 128 - status if status < 0 else status or 1
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """In the child before it runs: killed when this process dies (as the command itself was, before it ran in
+    a child; Ray's own processes in turn die with their driver)."""
+    def arrange() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the watcher died before the arrangement took
+            os._exit(1)
+    return arrange
 
 
 def _stdout(stream: IO[bytes], results: list[dict[str, Any]]) -> None:

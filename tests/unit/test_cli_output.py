@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -140,3 +143,25 @@ def test_a_watched_child_keeps_its_result_last_on_stdout_and_its_own_failure_lin
     assert status == 2 and out == "" and err == "hygraph: error: corpus.jsonl:2: text: must not be empty\n"
     status, out, err = _watched("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", capsys)
     assert status == 137 and err == "hygraph: failed: the command's process was killed by SIGKILL\n"
+
+
+def test_the_watched_child_dies_with_its_watcher(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    watcher = subprocess.Popen([sys.executable, "-c", "import sys; from hygraph.runtime.watch import run_watched; "
+                                f"run_watched([], program=[sys.executable, '-c', {child!r}])"])
+    for _ in range(600):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    child_pid = int(pid_file.read_text())
+    watcher.kill()
+    watcher.wait(30)
+    for _ in range(200):
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(child_pid, signal.SIGKILL)
+    pytest.fail("the child outlived its watcher")
