@@ -1,7 +1,11 @@
 """`hygraph index | query | eval | insert | delete | serve` (CONTRACT.md).
 
 Progress goes to stderr; the result is one JSON object on the last stdout line. Bad input
-exits 2 with one line on stderr that names the problem; no traceback.
+exits 2 with one line on stderr that names the problem; no traceback. Any other failure, Ray's
+included, exits 1 and ends with one `hygraph: failed: <reason>` line on stderr. Run as a program,
+the command stops Ray before its last line and then closes stdout and stderr, so nothing a dying
+Ray prints late can follow the result; the commands that start Ray run in a watched child process,
+which reports for them when Ray ends them outright.
 """
 
 from __future__ import annotations
@@ -9,13 +13,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import textwrap
+import traceback
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 from hygraph.runtime.loopback import request_loopback
+from hygraph.runtime.watch import is_child, run_watched
 from hygraph.config import MODES, HygraphConfig, load_config
 from hygraph.errors import HygraphError, InputError, StoreError
+
+
+# Commands that start Ray in their process: run as a program, they run in a watched child (runtime/watch.py),
+# because Ray ends a driver whose node died without letting it report.
+RAY_COMMANDS = ("index", "demo")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,6 +40,29 @@ class _Parser(argparse.ArgumentParser):
 def _emit(result: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def readable_answer(result: dict[str, Any], width: int = 100) -> str:
+    """A query result for a person: the answer, the context items it cites, the passages retrieved."""
+    titles = {p["id"]: p["title"] for p in result["passages"]}
+    ctx = result["context"]
+    items = {i["number"]: i for kind in ("summaries", "chunks", "entities", "relations", "hyperedges")
+             for i in ctx.get(kind, ())}
+    lines = textwrap.wrap(f"Answer: {result['answer'] or '(none)'}", width, subsequent_indent="  ")
+    cited = [items[n] for n in result["context"].get("citations", ()) if n in items]
+    lines += ["", "Cited:" if cited else "Cited: nothing"]
+    for item in cited:
+        sources = ", ".join(f"{titles[s]} ({s})" if titles.get(s) else s for s in item["sources"][:3])
+        lines.append(f"  [{item['number']}] {item['kind']}" + (f" from {sources}" if sources else ""))
+        text = " ".join(item["text"].split())
+        lines += textwrap.wrap(text if len(text) <= 300 else text[:297] + "...", width,
+                               initial_indent="      ", subsequent_indent="      ")
+    total = result["timings_ms"].get("total")
+    lines += ["", f"Passages ({result['mode']}, index version {result['index_version']}"
+              + (f", {total:.0f} ms" if total is not None else "") + "):"]
+    lines += [f"  {n}. {p['title'] or p['id']}  [{p['id']}]  score {p['score']:.3f}"
+              for n, p in enumerate(result["passages"], 1)]
+    return "\n".join(lines)
 
 
 def _positive(text: str) -> int:
@@ -60,17 +96,21 @@ def cmd_query(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     req = QueryRequest.make(cfg.retrieval, args.question, args.mode, args.k)
     engine = QueryEngine(cfg, args.index_dir)
     try:
-        return QueryPipeline(engine).run(req).to_json()
+        result = QueryPipeline(engine).run(req).to_json()
     finally:
         engine.close()
+    print(readable_answer(result, shutil.get_terminal_size((100, 24)).columns - 2), file=sys.stderr, flush=True)
+    return result
 
 
 def cmd_eval(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.eval.runner import run_eval
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    return run_eval(cfg, args.index_dir, args.questions, modes, args.k, out=args.out,
-                    report=args.report, limit=args.limit)
+    result = run_eval(cfg, args.index_dir, args.questions, modes, args.k, out=args.out,
+                      report=args.report, limit=args.limit, baselines=args.baselines)
+    # Which passages each question got is for comparing runs, in `--out`; stdout gets the summary.
+    return {key: value for key, value in result.items() if key != "ranked"}
 
 
 def cmd_insert(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -119,13 +159,6 @@ def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_serve(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
-    if not args.no_restart:
-        from hygraph.serve.supervisor import supervise
-
-        given = {"--config": args.config, "--index-dir": args.index_dir, "--host": args.host,
-                 "--port": args.port, "--address": args.address}
-        return supervise(["serve", "--no-restart", *(f"{flag}={value}" for flag, value in given.items()
-                                                     if value is not None)], cfg)
     from hygraph.serve.runner import run_server
 
     index_dir = Path(args.index_dir or cfg.index_dir)
@@ -176,7 +209,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--modes", type=_modes, default="dense", help=f"comma-separated, of {', '.join(MODES)}")
     s.add_argument("--k", type=_positive, default=5)
     s.add_argument("--limit", type=_positive, default=None, help="evaluate only the first N questions")
-    s.add_argument("--out", default=None, help="write the result JSON here")
+    s.add_argument("--baselines", action="store_true",
+                   help="also run the baselines dense, bm25 and dense+bm25 (in front of the modes asked for)")
+    s.add_argument("--out", default=None,
+                   help="write the full result JSON here, with every question's ranked passages per mode")
     s.add_argument("--report", default=None,
                    help="write a Markdown table and a PNG chart with this path prefix")
     s.set_defaults(run=cmd_eval)
@@ -221,7 +257,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; `argv` None means this process is the command (its own command line): then stdout
+    and stderr are closed after its last line."""
     args = _parser().parse_args(argv)
+    # Model-loading bars ("Loading weights") would bury the command's own progress lines.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if argv is None and args.command in RAY_COMMANDS and not is_child():
+        status = run_watched(sys.argv[1:])
+        _close_output()
+        return status
+    if argv is None and args.command == "serve" and not args.no_restart and not is_child():
+        from hygraph.serve.supervisor import supervise
+
+        status = supervise(sys.argv[1:], args.config)
+        _close_output()
+        return status
     run: Callable[[HygraphConfig, argparse.Namespace], dict[str, Any]] = args.run
     try:
         cfg = load_config(args.config)
@@ -231,17 +281,56 @@ def main(argv: list[str] | None = None) -> int:
                 args.command not in ("index", "demo", "serve", "serve-config"):
             if not Path(args.index_dir).is_dir():
                 raise InputError(f"--index-dir {args.index_dir}: no such directory")
-        _emit(run(cfg, args))
-        return 0
+        result = run(cfg, args)
+        _stop_ray()
+        _emit(result)
+        status = 0
     except (InputError, StoreError) as exc:
-        print(f"hygraph: error: {exc}", file=sys.stderr)
-        return 2
+        status = _fail(2, f"hygraph: error: {exc}")
     except HygraphError as exc:
-        print(f"hygraph: failed: {exc}", file=sys.stderr)
-        return 1
+        status = _fail(1, f"hygraph: failed: {exc}")
     except KeyboardInterrupt:
-        print("hygraph: interrupted", file=sys.stderr)
-        return 130
+        status = _fail(130, "hygraph: interrupted")
+    except Exception as exc:  # noqa: BLE001 - every failure ends with one line naming it (Ray's errors too)
+        if not _is_ray_error(exc):
+            traceback.print_exc()  # a bug: its traceback, then the line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        status = _fail(1, f"hygraph: failed: {type(exc).__name__}" + (f": {first[:300]}" if first else ""))
+    if argv is None:
+        _close_output()
+    return status
+
+
+def _fail(status: int, line: str) -> int:
+    _stop_ray()  # what Ray prints while it stops comes before the line, not after it
+    print(line, file=sys.stderr, flush=True)
+    return status
+
+
+def _is_ray_error(exc: BaseException) -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and isinstance(exc, ray.exceptions.RayError)
+
+
+def _stop_ray() -> None:
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return
+    try:
+        ray.shutdown()
+    except Exception as exc:  # noqa: BLE001 - the command's outcome stands; Ray's own failure to stop is noted
+        print(f"[hygraph] Ray did not stop cleanly: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
+
+
+def _close_output() -> None:
+    """Point fds 1 and 2 at /dev/null: the result (or the failure line) was the last word; a Ray thread or
+    process still holding them (a late "(raylet) terminated") writes nowhere."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

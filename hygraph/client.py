@@ -86,6 +86,18 @@ class Client:
             time.sleep(poll_s)
         return out
 
+    def documents(self, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+        """One page of the documents in id order; pass its `next_cursor` for the next (None: the last page)."""
+        params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor is not None else {})}
+        return self._json("GET", f"/v1/documents?{httpx.QueryParams(params)}")
+
+    def document(self, doc_id: str) -> dict[str, Any]:
+        check_id(doc_id, "doc_id")
+        return self._json("GET", f"/v1/documents/{quote(doc_id, safe='')}")
+
+    def stats(self) -> dict[str, Any]:
+        return self._json("GET", "/v1/stats")
+
     def models(self) -> list[str]:
         return [m["id"] for m in self._json("GET", "/v1/models")["data"]]
 

@@ -35,6 +35,7 @@ from hygraph.core.retrieval.routing import routed_mode
 from hygraph.core.retrieval.view import IndexView, Points
 from hygraph.errors import InputError, VersionNotReady
 from hygraph.model import Chunk
+from hygraph.store.catalog import Catalog
 from hygraph.store.versions import IndexStore, Version
 from hygraph.store.view_loader import load_view, release_freed_memory
 
@@ -50,6 +51,7 @@ class Loaded:
     view: IndexView
     collections: dict[str, str]
     version: Version
+    catalog: Catalog  # its documents and counts, read back (GET /v1/documents, /v1/stats)
 
 
 class VersionSearch:
@@ -91,7 +93,7 @@ class QueryEngine:
         collections = version.manifest.collections
         for name in collections.values():
             self.vectors.open(name)
-        return Loaded(load_view(version), collections, version)
+        return Loaded(load_view(version), collections, version, Catalog(version))
 
     def refresh(self) -> bool:
         """Swap to the version `CURRENT` names when it is newer; requests already running keep theirs.
@@ -128,6 +130,10 @@ class QueryEngine:
     @property
     def version(self) -> int:
         return self.loaded.view.version
+
+    def catalog(self, min_version: int = 0) -> Catalog:
+        """The documents and counts of the version a query would be answered from."""
+        return self.at_least(min_version).catalog
 
     def _searcher(self, loaded: Loaded) -> Search:
         return VersionSearch(self.vectors, loaded, self.search_pool)

@@ -26,10 +26,14 @@ RETRIEVAL_COLUMNS = (("retrieval_p50_ms", "retrieval p50 ms"),  # question embed
 TYPE_METRICS = (("recall@5", "recall@5"), ("f1", "F1"))
 
 
+REPORT_MODE = 0o644
+
+
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, REPORT_MODE)  # mkstemp makes it 0600: a report is for every reader of the directory
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()

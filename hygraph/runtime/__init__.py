@@ -6,11 +6,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import time
+import warnings
 from typing import Any
 
 from hygraph.config import RayConfig
 from hygraph.runtime.loopback import LOOPBACK_ENV, SETUP_HOOK, is_loopback, request_loopback
+from hygraph.runtime.watch import RAY_LOGS
 from hygraph.errors import HygraphError, InputError
 
 log = logging.getLogger("hygraph.runtime")
@@ -24,11 +27,15 @@ START_PAUSE_S = 5.0
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def init_ray(cfg: RayConfig, metrics_port: int | None = None) -> None:
+def init_ray(cfg: RayConfig, metrics_port: int | None = None, log_to_driver: bool = False) -> None:
     """Join `cfg.address` when set, else start a local Ray; no-op when Ray is already up.
 
     A local Ray listens on 127.0.0.1 only when `cfg.loopback_only` (the local profile);
     `metrics_port` fixes the port of its Prometheus endpoint (serving scrapes it) and must be free.
+    Ray's workers log to its session directory, not to this terminal, unless `log_to_driver` (the
+    server's log is where a replica's errors belong); the directory is named once on stderr. (It stays
+    Ray's own, under its temp dir: Ray's sockets live there too and must fit a 107-byte socket path,
+    which a directory under the index cannot promise.)
     """
     if not cfg.address and cfg.loopback_only:
         request_loopback()
@@ -38,9 +45,12 @@ def init_ray(cfg: RayConfig, metrics_port: int | None = None) -> None:
         return
     os.environ.update(OFFLINE_ENV)
     runtime_env: dict[str, Any] = {"env_vars": dict(OFFLINE_ENV)}
-    kwargs = dict(logging_level=logging.WARNING, configure_logging=True, log_to_driver=True)
+    # A command's terminal is for its own progress: Ray's warnings (token authentication, resource hints) go
+    # to Ray's log files only; the server's log keeps them.
+    kwargs = dict(logging_level=logging.WARNING if log_to_driver else logging.ERROR, configure_logging=True,
+                  log_to_driver=log_to_driver)
     if cfg.address:
-        ray.init(address=cfg.address, runtime_env=runtime_env, **kwargs)
+        context = ray.init(address=cfg.address, runtime_env=runtime_env, **kwargs)
     else:
         host = "127.0.0.1" if cfg.loopback_only else "0.0.0.0"
         if metrics_port is not None:
@@ -48,18 +58,32 @@ def init_ray(cfg: RayConfig, metrics_port: int | None = None) -> None:
             kwargs["_metrics_export_port"] = metrics_port
         if cfg.loopback_only:
             runtime_env["worker_process_setup_hook"] = SETUP_HOOK
-        _start_local(ray, cfg, {**kwargs, "runtime_env": runtime_env})
+        context = _start_local(ray, cfg, {**kwargs, "runtime_env": runtime_env})
         if cfg.loopback_only and not is_loopback(ray.util.get_node_ip_address()):
             ray.shutdown()
             raise HygraphError("ray.loopback_only: Ray was imported before hygraph could keep it on 127.0.0.1 "
                                f"(set {', '.join(f'{k}={v}' for k, v in LOOPBACK_ENV.items())} for this process, "
                                "or set ray.loopback_only: false)")
+    session = context.address_info.get("session_dir")
+    if session and not log_to_driver:
+        print(f"{RAY_LOGS}{os.path.join(session, 'logs')}", file=sys.stderr, flush=True)
     import ray.data
 
+    if not log_to_driver:
+        _quiet_ray_data()
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # hygraph prints its own per-stage progress on stderr
     ctx.execution_options.preserve_order = True  # same corpus, same index
     ctx.print_on_execution_start = False
+
+
+def _quiet_ray_data() -> None:
+    """Ray Data's console lines (dataset started and finished, operator warnings) off the terminal; its
+    file log (ray-data.log in Ray's logs) keeps them."""
+    for handler in logging.getLogger("ray.data").handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            handler.setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"ray\.")  # tuning hints, every run
 
 
 def ensure_port_free(host: str, port: int, setting: str) -> None:
@@ -73,12 +97,11 @@ def ensure_port_free(host: str, port: int, setting: str) -> None:
                              "choose another port") from None
 
 
-def _start_local(ray: Any, cfg: RayConfig, kwargs: dict[str, Any]) -> None:
+def _start_local(ray: Any, cfg: RayConfig, kwargs: dict[str, Any]) -> Any:
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
-            ray.init(num_cpus=cfg.num_cpus, include_dashboard=cfg.include_dashboard,
-                     dashboard_host=cfg.dashboard_host, **kwargs)
-            return
+            return ray.init(num_cpus=cfg.num_cpus, include_dashboard=cfg.include_dashboard,
+                            dashboard_host=cfg.dashboard_host, **kwargs)
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its node start times out
             ray.shutdown()
             if attempt == START_ATTEMPTS or "time" not in str(exc).lower():

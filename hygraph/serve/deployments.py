@@ -194,6 +194,30 @@ class Retriever:
     def version(self) -> int:
         return self.pipeline.engine.version
 
+    # -- the loaded version's contents, read back (store/catalog.py) ---------------------------
+
+    def documents(self, limit: int, after: str | None, offset: int, min_version: int) -> dict[str, Any]:
+        catalog = self.pipeline.engine.catalog(min_version)
+        page = catalog.page(limit, after, offset)
+        return {"documents": page.documents, "total": page.total, "next_after": page.next_after,
+                "index_version": catalog.version.version}
+
+    def document(self, doc_id: str, min_version: int) -> dict[str, Any] | None:
+        catalog = self.pipeline.engine.catalog(min_version)
+        doc = catalog.document(doc_id)
+        return None if doc is None else {**doc, "index_version": catalog.version.version}
+
+    def stats(self, min_version: int) -> dict[str, Any]:
+        return self.pipeline.engine.catalog(min_version).stats()
+
+    def holding(self, doc_id: str) -> tuple[bool, int]:
+        """(whether the loaded version holds the document, the journal offset it has applied); (False, 0)
+        before the first version is built: then only the journal knows of documents."""
+        if self._pipeline is None:
+            return False, 0
+        catalog = self._pipeline.engine.catalog()
+        return catalog.holds(doc_id), catalog.version.manifest.journal_offset
+
     def check_health(self) -> None:
         """Serve restarts a replica whose store is unreachable (StoreUnavailable)."""
         if self._pipeline is not None:

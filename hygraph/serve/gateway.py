@@ -86,6 +86,25 @@ class Gateway:
         async for piece in self.generator.options(stream=True).stream.remote(got):
             yield self._observe(piece, started) if isinstance(piece, QueryResult) else piece
 
+    # -- the index's contents, read from the Retriever's loaded version (as queries are) ---------
+
+    async def documents(self, limit: int, after: str | None, offset: int) -> dict[str, Any]:
+        return await self.retriever.documents.remote(limit, after, offset, self._floor)
+
+    async def document(self, doc_id: str) -> dict[str, Any] | None:
+        return await self.retriever.document.remote(doc_id, self._floor)
+
+    async def stats(self) -> dict[str, Any]:
+        """The version's counts, plus the journaled jobs it does not hold yet."""
+        stats = await self.retriever.stats.remote(self._floor)
+        pending = await asyncio.to_thread(self.journal.pending, stats.pop("journal_offset"))
+        return {**stats, "pending_jobs": pending}
+
+    async def holds(self, doc_id: str) -> bool:
+        """Whether the index holds the document, or will once the queued jobs are applied."""
+        held, offset = await self.retriever.holding.remote(doc_id)
+        return await asyncio.to_thread(self.journal.holds_after, doc_id, offset, held)
+
     # -- writes and their status ---------------------------------------------------------------
 
     async def job_status(self, job_id: str) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import difflib
 import hmac
 import json
 import logging
@@ -18,7 +19,7 @@ import re
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -80,14 +81,40 @@ def as_api_error(exc: BaseException) -> ApiError:
     return ApiError(500, "internal", "internal error (logged with the request id)")
 
 
-def validation_message(errors: list[dict[str, Any]]) -> str:
-    """`field.path: what is wrong` for the first error; union branch tags are left out of the path."""
-    first = errors[0]
+# What other RAG and search APIs call our fields (LightRAG's `query`, top-k spellings): named in the 422.
+_OTHER_NAMES = {"query": "question", "q": "question", "prompt": "question", "input": "question",
+                "k": "top_k", "topk": "top_k", "top_n": "top_k", "limit": "top_k", "search_mode": "mode"}
+
+
+def suggestion(name: str, allowed: Sequence[str]) -> str | None:
+    """The allowed field an unknown field name most likely meant, if any."""
+    if _OTHER_NAMES.get(name) in allowed:
+        return _OTHER_NAMES[name]
+    close = difflib.get_close_matches(name.lower(), list(allowed), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def validation_message(errors: list[dict[str, Any]],
+                       allowed: Callable[[list[Any]], Sequence[str]] | None = None) -> str:
+    """`field.path: what is wrong` for the first error, an unknown field first (a misspelt field is also
+    a missing one: the unknown name is the cause), with the field it likely meant when `allowed` (loc
+    path -> the field names allowed there) suggests one; union branch tags are left out of the path."""
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    first = unknown[0] if unknown else errors[0]
     # The first element says where the value came from (body, path, query, header).
     loc = [str(p) for p in first["loc"][1:] if "[" not in str(p) and "function-" not in str(p)]
     where = ".".join(preview(p, 40) for p in loc) or "body"
-    what = "unknown field" if first["type"] == "extra_forbidden" else str(first["msg"]).removeprefix("Value error, ")
-    more = len(errors) - 1
+    explained: set[tuple[Any, ...]] = set()
+    if unknown:
+        name = str(first["loc"][-1])
+        what = f"unknown field '{preview(name, 40)}'"
+        meant = suggestion(name, allowed(list(first["loc"][1:-1]))) if allowed is not None else None
+        if meant is not None:
+            what += f"; did you mean '{meant}'?"
+            explained.add((*first["loc"][:-1], meant))  # its "field required" is the same mistake
+    else:
+        what = str(first["msg"]).removeprefix("Value error, ")
+    more = sum(1 for e in errors if e is not first and not (e["type"] == "missing" and tuple(e["loc"]) in explained))
     return f"{where}: {preview(what, 200)}" + (f" (and {more} more)" if more else "")
 
 
@@ -97,14 +124,20 @@ def json_error(err: ApiError) -> JSONResponse:
                         headers=err.headers)
 
 
-def from_validation(exc: RequestValidationError) -> ApiError:
+def from_validation(exc: RequestValidationError,
+                    allowed: Callable[[list[Any]], Sequence[str]] | None = None) -> ApiError:
     errors = list(exc.errors())
     if errors and errors[0]["type"] == "json_invalid":
         return ApiError(400, "malformed", "body: not valid JSON")
-    return ApiError(422, "invalid_field", validation_message(errors))
+    return ApiError(422, "invalid_field", validation_message(errors, allowed))
 
 
-def from_http(exc: StarletteHTTPException) -> ApiError:
+def from_http(exc: StarletteHTTPException, method: str = "", allowed_methods: Sequence[str] = ()) -> ApiError:
+    """Starlette's 404 and 405; a 405 names the methods the path takes, in its message and `Allow` header."""
+    if exc.status_code == 405 and allowed_methods:
+        return ApiError(405, "method_not_allowed",
+                        f"method: {preview(method, 20)} is not allowed here; use {' or '.join(allowed_methods)}",
+                        {**(exc.headers or {}), "Allow": ", ".join(allowed_methods)})
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return ApiError(exc.status_code, code, preview(str(exc.detail), 200), exc.headers)
 
@@ -239,7 +272,8 @@ def _not_json(constant: str) -> None:
 
 
 _ENDPOINTS = (("/v1/query", "query"), ("/v1/chat/", "chat"), ("/v1/documents", "documents"), ("/v1/jobs/", "jobs"),
-              ("/v1/updater", "updater"), ("/v1/models", "models"), ("/readyz", "readyz"), ("/healthz", "healthz"))
+              ("/v1/updater", "updater"),
+              ("/v1/stats", "stats"), ("/v1/models", "models"), ("/readyz", "readyz"), ("/healthz", "healthz"))
 
 
 def endpoint_name(path: str) -> str:

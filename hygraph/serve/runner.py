@@ -46,7 +46,7 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
     store = vectorstore.connect(cfg.vector_store, index_dir)
     try:
         _say("starting Ray" if not ray_cfg.address else f"joining Ray at {ray_cfg.address}")
-        init_ray(ray_cfg, metrics_port=cfg.serve.metrics_port)
+        init_ray(ray_cfg, metrics_port=cfg.serve.metrics_port, log_to_driver=True)
         ensure_demo_index(cfg, index_dir)
         serve.start(http_options={"host": host, "port": port, "request_timeout_s": cfg.serve.request_timeout_s})
         vllm = llm_app(cfg)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      model_validator)
+                      create_model)
 
 from hygraph.config import Mode
 from hygraph.errors import InputError
@@ -91,12 +91,25 @@ def _sampling(low: float, high: float) -> Any:
     return Field(None, ge=low, le=high, allow_inf_nan=False)
 
 
-class ChatRequest(BaseModel):
-    """OpenAI chat-completions request. Sampling fields are checked against OpenAI's ranges (clients
-    always send some) and passed to nothing: the answer comes from the configured `answer` role.
-    One choice is made (`n` above 1 is refused). `hygraph` selects the retrieval mode and depth."""
+# OpenAI's chat-completions request fields other than model, messages and stream: clients send them, and they
+# are accepted under the input rules and passed to nothing (the answer comes from the configured `answer`
+# role); those with a documented range are checked against it in ChatRequest. Any other field is refused by
+# name: nothing a client sends is silently ignored.
+OPENAI_FIELDS = ("audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+                 "max_completion_tokens", "max_tokens", "metadata", "modalities", "n", "parallel_tool_calls",
+                 "prediction", "presence_penalty", "prompt_cache_key", "reasoning_effort", "response_format",
+                 "safety_identifier", "seed", "service_tier", "stop", "store", "stream_options", "temperature",
+                 "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity", "web_search_options")
+OpenAIValue = Annotated[Any, _rule(check_json)]
+_OpenAIFields: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    "OpenAIFields", __config__=ConfigDict(extra="forbid"), **{name: (OpenAIValue, None) for name in OPENAI_FIELDS})
 
-    model_config = ConfigDict(extra="allow")
+
+class ChatRequest(_OpenAIFields):  # type: ignore[misc, valid-type]
+    """OpenAI chat-completions request. Sampling fields are checked against OpenAI's ranges (clients always
+    send some) and passed to nothing. One choice is made (`n` above 1 is refused). `hygraph` selects the
+    retrieval mode, depth and version floor; the same three options are honoured at the top level too
+    (`"mode": "ppr"` beside `messages`), and giving one in both places with different values is a 422."""
 
     model: StrictStr = Field("hygraph", max_length=MAX_ID_CHARS)
     messages: list[ChatMessage] = Field(min_length=1, max_length=256)
@@ -110,15 +123,20 @@ class ChatRequest(BaseModel):
     max_tokens: Optional[StrictInt] = Field(None, ge=1)
     max_completion_tokens: Optional[StrictInt] = Field(None, ge=1)
     hygraph: Optional[HygraphOptions] = None
+    mode: Optional[Mode] = None
+    top_k: Optional[StrictInt] = Field(None, ge=1, le=200)
+    min_index_version: Optional[StrictInt] = Field(None, ge=0)
 
-    @model_validator(mode="after")
-    def _extras_follow_the_rules(self) -> "ChatRequest":
-        # Unknown OpenAI fields are accepted but must still be well-formed JSON under the rules.
-        try:
-            check_json(dict(self.__pydantic_extra__ or {}), "body")
-        except InputError as exc:
-            raise ValueError(str(exc)) from None
-        return self
+    def options(self) -> HygraphOptions:
+        """The retrieval options from `hygraph` and the top level (InputError naming a conflict)."""
+        nested = self.hygraph or HygraphOptions()
+        merged = {}
+        for name in HygraphOptions.model_fields:
+            top, inner = getattr(self, name), getattr(nested, name)
+            if top is not None and inner is not None and top != inner:
+                raise InputError(f"{name}: given as {top!r} at the top level and {inner!r} in 'hygraph'; give one")
+            merged[name] = top if top is not None else inner
+        return HygraphOptions(**merged)
 
 
 class DocumentIn(BaseModel):

@@ -172,6 +172,25 @@ class Journal:
         except (OSError, ValueError):
             return set()
 
+    def holds_after(self, doc_id: str, applied_offset: int, held: bool) -> bool:
+        """Whether the document is held once the jobs after `applied_offset` are applied, given whether the
+        version at that offset holds it (`held`): a queued insert counts, a queued delete removes; failed
+        jobs change nothing."""
+        failed = self.failed()
+        for job in self.jobs(applied_offset):
+            if job.job_id in failed:
+                continue
+            if job.op == "insert" and any(d.get("id") == doc_id for d in job.payload["documents"]):
+                held = True
+            elif job.op == "delete" and doc_id in job.payload["ids"]:
+                held = False
+        return held
+
+    def pending(self, applied_offset: int) -> int:
+        """How many well-formed jobs after `applied_offset` are not applied yet (failed ones excluded)."""
+        failed = self.failed()
+        return sum(1 for job in self.jobs(applied_offset) if job.op != "invalid" and job.job_id not in failed)
+
     def status(self, job: Job, manifest: Manifest | None) -> tuple[str, str | None]:
         """(`queued`|`running`|`done`|`failed`, error) of a job in the serving version (None: none yet). Done
         once the version's offset passed it and no document of it waits for slices (`chunks_pending`)."""

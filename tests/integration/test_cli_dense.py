@@ -26,8 +26,15 @@ def test_index_reports_contract_fields(built_index, hotpot_subset):
 
 def test_dense_query_answers_from_retrieved_passages(built_index):
     index_dir, _ = built_index
-    res = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "dense", "--k", "3",
-                            "If Gallu is a demon Lilu is what?"))
+    proc = run_cli("query", "--index-dir", str(index_dir), "--mode", "dense", "--k", "3",
+                   "If Gallu is a demon Lilu is what?")
+    res = last_json(proc)
+    # The JSON is stdout's one line; a person reads the answer, what it cites and the ranking on stderr.
+    assert len(proc.stdout.splitlines()) == 1
+    err = proc.stderr.splitlines()
+    assert any(line.startswith("Answer: ") for line in err) and "Passages (dense, index version" in proc.stderr
+    assert any(line.startswith("  [") for line in err) and "Lilu" in proc.stderr
+    assert "Loading weights" not in proc.stderr
     assert res["mode"] == "dense" and len(res["passages"]) == 3
     # hotpotqa_train100-00005 is "Lilu (mythology)": "A lilu ... is a masculine Akkadian word for a spirit".
     assert "hotpotqa_train100-00005" in [p["id"] for p in res["passages"]]
@@ -41,9 +48,14 @@ def test_dense_query_answers_from_retrieved_passages(built_index):
 def test_eval_dense_prints_contract_json(built_index, hotpot_subset, tmp_path):
     index_dir, _ = built_index
     _, questions = hotpot_subset
-    res = last_json(run_cli("eval", "--index-dir", str(index_dir), "--questions", str(questions),
-                            "--modes", "dense", "--k", "5", "--report", str(tmp_path / "rep")))
+    proc = run_cli("eval", "--index-dir", str(index_dir), "--questions", str(questions), "--modes", "dense",
+                   "--k", "5", "--report", str(tmp_path / "rep"), "--out", str(tmp_path / "full.json"))
+    res = last_json(proc)
     assert res["questions"] == 12 and res["k"] == 5
+    # Exactly the modes asked (baselines only with --baselines); rankings only in --out; reports 0644.
+    assert list(res["modes"]) == ["dense"] and "ranked" not in res and len(proc.stdout.splitlines()) == 1
+    assert len(json.loads((tmp_path / "full.json").read_text())["ranked"]["dense"]) == 12
+    assert (tmp_path / "rep.md").stat().st_mode & 0o777 == 0o644
     dense = res["modes"]["dense"]
     assert set(dense) >= {"recall@2", "recall@5", "em", "f1", "p50_ms", "p95_ms"}
     assert dense["retrieval_p50_ms"] <= dense["p50_ms"]

@@ -103,6 +103,38 @@ def test_the_injection_id_is_stored_harmlessly_and_deletes_only_itself(hostile_s
         assert hostile_server["initial"] <= set(_documents(hostile_server["index_dir"]))
 
 
+def test_documents_and_stats_read_back_what_the_index_holds(hostile_server):
+    """GET /v1/documents pages (by cursor) through exactly the stored documents, GET /v1/documents/{id} reads
+    one, /v1/stats counts them; a delete of an id neither held nor queued is a 404 that journals nothing."""
+    url, index_dir = hostile_server["url"], hostile_server["index_dir"]
+    with Client(url, api_key=KEY) as c:
+        doc = {"id": "reads/one?", "title": "Read back", "text": "Pellworth Quarrendine reads back whole."}
+        assert c.wait(c.add_documents([doc])["job_id"])["status"] == "done"
+        listed, cursor = [], None
+        while True:
+            page = c.documents(limit=7, cursor=cursor)
+            listed += [d["id"] for d in page["documents"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert listed == sorted(_documents(index_dir)) and page["total"] == len(listed)
+        got = c.document(doc["id"])
+        assert (got["title"], got["text"], got["chunks"]) == (doc["title"], doc["text"], 1)
+        stats = c.stats()
+        assert stats["documents"] == len(listed) and stats["index_version"] >= c.seen_version
+        assert stats["chunks"] >= len(listed) and stats["entities"] > 0 and stats["pending_jobs"] == 0
+        journal = index_dir / "journal" / "journal.jsonl"
+        size = journal.stat().st_size
+        resp = httpx.delete(url + "/v1/documents/no-such-document", headers=AUTH)
+        assert resp.status_code == 404 and journal.stat().st_size == size
+        assert httpx.get(url + "/v1/documents/no-such-document").status_code == 404
+        assert c.wait(c.delete_document(doc["id"])["job_id"])["status"] == "done"
+    resp = httpx.get(url + "/v1/query")
+    assert resp.status_code == 405 and resp.headers["allow"] == "POST"
+    resp = httpx.post(url + "/v1/query", json={"query": "who?"})
+    assert resp.json()["error"]["message"] == "query: unknown field 'query'; did you mean 'question'?"
+
+
 def test_apostrophe_and_slash_ids_are_insertable_queryable_and_deletable(hostile_server):
     with Client(hostile_server["url"], api_key=KEY) as c:
         docs = [{"id": "D'Arcy-notes", "text": "Darcy Fenwhistle keeps the apostrophe notes in Ottawa."},

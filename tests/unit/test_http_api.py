@@ -62,6 +62,26 @@ class StubGateway:
         async def status() -> dict:
             return {"pending": 0, "last_error": None}
         return SimpleNamespace(status=SimpleNamespace(remote=status))
+    # The index holds DOCS (sorted ids, as the catalog lists them) and a queued insert of "queued".
+    DOCS = ["a", "a/b?c#d", "b", "c"]
+
+    async def holds(self, doc_id: str) -> bool:
+        return doc_id in self.DOCS or doc_id == "queued"
+
+    async def documents(self, limit: int, after: Any, offset: int) -> dict:
+        self.asked.append(("documents", limit, after, offset))
+        start = self.DOCS.index(after) + 1 if after is not None else offset
+        page = self.DOCS[start:start + limit]
+        more = start + len(page) < len(self.DOCS)
+        return {"documents": [{"id": i, "title": i.upper(), "chars": 1, "chunks": 1} for i in page],
+                "total": len(self.DOCS), "next_after": page[-1] if more and page else None, "index_version": 3}
+
+    async def document(self, doc_id: str) -> dict | None:
+        return {"id": doc_id, "title": "T", "text": "body", "chars": 4, "chunks": 1, "index_version": 3} \
+            if doc_id in self.DOCS else None
+
+    async def stats(self) -> dict:
+        return {"documents": len(self.DOCS), "index_version": 3, "pending_jobs": 1}
 
 
 @pytest.fixture()
@@ -133,6 +153,78 @@ def test_writes_need_the_key_and_ids_follow_the_rule(client):
         resp = _post(client, "/v1/documents", {"documents": [bad]}, headers=auth)
         assert resp.status_code == 422 and resp.json()["error"]["message"].startswith(where), resp.text
     assert len(client.gw.appended) == 1
+
+
+def test_a_misnamed_field_is_named_with_the_field_it_likely_meant(client):
+    for path, body, message in [
+        ("/v1/query", {"query": "who?"}, "query: unknown field 'query'; did you mean 'question'?"),
+        ("/v1/query", {"question": "who?", "k": 3}, "k: unknown field 'k'; did you mean 'top_k'?"),
+        ("/v1/query", {"question": "who?", "colour": "red"}, "colour: unknown field 'colour'"),
+        ("/v1/documents", {"documents": [{"txt": "x"}]},
+         "documents.0.txt: unknown field 'txt'; did you mean 'text'?"),
+    ]:
+        resp = _post(client, path, body, headers={"Authorization": f"Bearer {KEY}"})
+        assert resp.status_code == 422 and resp.json()["error"]["message"] == message, resp.text
+    assert not client.gw.asked and not client.gw.appended
+
+
+def test_a_wrong_method_names_the_allowed_ones(client):
+    resp = client.get("/v1/query")
+    assert resp.status_code == 405 and resp.headers["allow"] == "POST"
+    assert resp.json()["error"]["message"] == "method: GET is not allowed here; use POST"
+    # Two routes share the path: both methods are named, not only the first route's.
+    resp = client.put("/v1/documents", content=b"{}")
+    assert resp.status_code == 405 and resp.headers["allow"] == "GET, POST", resp.headers
+
+
+def test_documents_are_listed_by_cursor_or_offset_and_read_one_by_one(client):
+    first = client.get("/v1/documents", params={"limit": 2}).json()
+    assert [d["id"] for d in first["documents"]] == ["a", "a/b?c#d"] and first["total"] == 4
+    rest = client.get("/v1/documents", params={"limit": 5, "cursor": first["next_cursor"]}).json()
+    assert [d["id"] for d in rest["documents"]] == ["b", "c"] and rest["next_cursor"] is None
+    assert client.gw.asked[-1] == ("documents", 5, "a/b?c#d", 0)
+    assert [d["id"] for d in client.get("/v1/documents?offset=3").json()["documents"]] == ["c"]
+    for query, field in [("limit=0", "limit"), ("limit=1001", "limit"), ("offset=-1", "offset"),
+                         ("cursor=YQ&offset=1", "offset"), ("cursor=%21%21", "cursor"), ("cursor=_w", "cursor")]:
+        resp = client.get(f"/v1/documents?{query}")
+        assert resp.status_code == 422 and resp.json()["error"]["message"].startswith(field), (query, resp.text)
+    doc = client.get("/v1/documents/a%2Fb%3Fc%23d").json()
+    assert doc["id"] == "a/b?c#d" and doc["text"] == "body" and doc["chunks"] == 1
+    resp = client.get("/v1/documents/nope")
+    assert resp.status_code == 404 and resp.json()["error"]["message"].startswith("doc_id")
+    assert client.get("/v1/documents/a%0Ab").status_code == 422
+    assert client.get("/v1/stats").json() == {"documents": 4, "index_version": 3, "pending_jobs": 1}
+
+
+def test_reads_of_documents_and_stats_need_the_key_when_reads_do(client):
+    client.gw.cfg = HygraphConfig.model_validate({"serve": {"require_key_for_reads": True}})
+    for path in ("/v1/documents", "/v1/documents/a", "/v1/stats", "/v1/query"):
+        resp = client.get(path) if path != "/v1/query" else _post(client, path, {"question": "q"})
+        assert resp.status_code == 401, path
+    assert client.get("/v1/stats", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+
+
+def test_deleting_an_id_the_index_does_not_hold_is_404_and_journals_nothing(client):
+    auth = {"Authorization": f"Bearer {KEY}"}
+    resp = client.delete("/v1/documents/does-not-exist", headers=auth)
+    assert resp.status_code == 404 and resp.json()["error"]["message"].startswith("doc_id")
+    assert client.delete("/v1/documents/queued", headers=auth).status_code == 202  # a queued insert is held
+    assert client.gw.appended == [("delete", {"ids": ["queued"]})]
+
+
+def test_chat_honours_a_top_level_mode_and_refuses_unknown_fields(client):
+    base = {"model": "hygraph", "messages": [{"role": "user", "content": "hi"}]}
+    resp = _post(client, "/v1/chat/completions", {**base, "mode": "ppr", "top_p": 1, "max_tokens": 9})
+    assert resp.status_code == 200
+    assert client.gw.asked[-1] == ("hi", "ppr", None, None)
+    _post(client, "/v1/chat/completions", {**base, "mode": "ppr", "hygraph": {"mode": "ppr", "top_k": 4}})
+    assert client.gw.asked[-1] == ("hi", "ppr", 4, None)
+    for body, message in [({**base, "modes": "ppr"}, "modes: unknown field 'modes'; did you mean 'mode'?"),
+                          ({**base, "mode": "ppr", "hygraph": {"mode": "dense"}}, "mode: given as 'ppr'"),
+                          ({**base, "temperature": "\ud800"}, "temperature")]:
+        resp = _post(client, "/v1/chat/completions", body)
+        assert resp.status_code == 422 and resp.json()["error"]["message"].startswith(message), resp.text
+    assert len(client.gw.asked) == 2
 
 
 def test_delete_takes_any_valid_id_percent_encoded_and_refuses_long_ones(client):

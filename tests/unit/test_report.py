@@ -55,6 +55,10 @@ def test_write_report_into_a_directory(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "report.png"]
 
 
+def test_report_files_are_readable_by_everyone(tmp_path):
+    assert [p.stat().st_mode & 0o777 for p in write_report(RESULT, tmp_path, "t")] == [0o644, 0o644]
+
+
 def test_write_report_with_a_prefix_creates_parents(tmp_path):
     paths = write_report(RESULT, tmp_path / "runs" / "musique", "t")
     assert paths == [tmp_path / "runs" / "musique.md", tmp_path / "runs" / "musique.png"]

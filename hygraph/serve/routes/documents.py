@@ -1,20 +1,24 @@
-"""Writes: `POST /v1/documents`, `DELETE /v1/documents/{id}` (journaled before the 202) and job status."""
+"""Documents: `POST /v1/documents`, `DELETE /v1/documents/{id}` (journaled before the 202), job status,
+and reading back what the index holds (`GET /v1/documents`, `GET /v1/documents/{id}`)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.convertors import Convertor, register_url_convertor
 
-from hygraph.input_rules import MAX_ID_CHARS
+from hygraph.errors import InputError
+from hygraph.input_rules import MAX_ID_CHARS, check_id
 from hygraph.model import Document
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.http import ApiError
-from hygraph.serve.routes import gateway, status_access, write_access
+from hygraph.serve.routes import gateway, read_access, status_access, write_access
 from hygraph.serve.schemas import DocumentsRequest, id_rule
 
 
@@ -36,6 +40,33 @@ register_url_convertor("any_id", _AnyId())
 router = APIRouter(tags=["documents"])
 # Job ids are the journal's uuid4 hex; longer strings cannot name a job and are not looked up.
 JobId = Annotated[str, Path(min_length=1, max_length=64)]
+# `doc_id` is percent-encoded in the path (`/` as %2F); ids follow the same rule as on insert.
+DocIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS), id_rule]
+# A cursor is the base64url of the last id of a page (at most 4 UTF-8 bytes a character).
+MAX_CURSOR_CHARS = 4 * (4 * MAX_ID_CHARS + 2) // 3
+MAX_PAGE = 1000
+
+
+def _exact_path(request: Request) -> None:
+    raw = request.scope.get("raw_path", b"")
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        # The path decoder would have replaced the bad bytes with U+FFFD: a different id than was sent.
+        raise ApiError(422, "invalid_field", "doc_id: the percent-encoded id is not valid UTF-8") from None
+
+
+def cursor_of(doc_id: str) -> str:
+    return base64.urlsafe_b64encode(doc_id.encode()).decode().rstrip("=")
+
+
+def after_cursor(cursor: str) -> str:
+    """The id a cursor continues after; 422 for a string no page gave out."""
+    try:
+        doc_id = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
+        return check_id(doc_id, "cursor")
+    except (binascii.Error, ValueError, InputError):
+        raise ApiError(422, "invalid_field", "cursor: not a cursor a page of GET /v1/documents gave out") from None
 
 
 @router.post("/v1/documents", status_code=202, dependencies=[Depends(write_access)])
@@ -50,17 +81,37 @@ async def add_documents(body: DocumentsRequest, gw: Gateway = Depends(gateway)) 
     return JSONResponse({"job_id": job.job_id, "accepted": len(docs), "ids": [d.id for d in docs]}, status_code=202)
 
 
+@router.get("/v1/documents", dependencies=[Depends(read_access)])
+async def list_documents(limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+                         cursor: Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR_CHARS)] = None,
+                         offset: Annotated[int | None, Query(ge=0)] = None,
+                         gw: Gateway = Depends(gateway)) -> Any:
+    """The documents the serving version holds, in id order: `{"documents": [{"id", "title", "chars",
+    "chunks"}], "total", "next_cursor", "index_version"}`. Continue with `?cursor=<next_cursor>` (stable
+    across updates) or page by `offset`."""
+    if cursor is not None and offset is not None:
+        raise ApiError(422, "invalid_field", "offset: give either cursor or offset, not both")
+    page = await gw.documents(limit, after_cursor(cursor) if cursor is not None else None, offset or 0)
+    after = page.pop("next_after")
+    return JSONResponse({**page, "next_cursor": cursor_of(after) if after is not None else None})
+
+
+@router.get("/v1/documents/{doc_id:any_id}", dependencies=[Depends(read_access)])
+async def get_document(request: Request, doc_id: DocIdPath, gw: Gateway = Depends(gateway)) -> Any:
+    """`{"id", "title", "text", "chars", "chunks", "index_version"}` of a document the serving version holds."""
+    _exact_path(request)
+    doc = await gw.document(doc_id)
+    if doc is None:
+        raise ApiError(404, "not_found", "doc_id: no document with this id in the index")
+    return JSONResponse(doc)
+
+
 @router.delete("/v1/documents/{doc_id:any_id}", status_code=202, dependencies=[Depends(write_access)])
-async def delete_document(request: Request,
-                          doc_id: Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS), id_rule],
-                          gw: Gateway = Depends(gateway)) -> Any:
-    """`doc_id` is percent-encoded in the path (`/` as %2F); ids follow the same rule as on insert."""
-    raw = request.scope.get("raw_path", b"")
-    try:
-        unquote_to_bytes(raw).decode("utf-8")
-    except UnicodeDecodeError:
-        # The path decoder would have replaced the bad bytes with U+FFFD: a different id than was sent.
-        raise ApiError(422, "invalid_field", "doc_id: the percent-encoded id is not valid UTF-8") from None
+async def delete_document(request: Request, doc_id: DocIdPath, gw: Gateway = Depends(gateway)) -> Any:
+    """404 unless the index holds the document or a queued insert adds it: a delete is never a silent no-op."""
+    _exact_path(request)
+    if not await gw.holds(doc_id):
+        raise ApiError(404, "not_found", "doc_id: no document with this id in the index or queued for insertion")
     job = await asyncio.to_thread(gw.journal.append, "delete", {"ids": [doc_id]})
     gw.metrics.ingest.inc(tags={"op": "delete"})
     return JSONResponse({"job_id": job.job_id}, status_code=202)

@@ -1,4 +1,4 @@
-"""Operations: liveness, readiness and the OnlineUpdater's status and recalibration."""
+"""Operations: liveness, readiness, the index's counts, and the OnlineUpdater's status and recalibration."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
 from hygraph.serve.gateway import Gateway
-from hygraph.serve.routes import gateway, status_access, write_access
+from hygraph.serve.routes import gateway, read_access, status_access, write_access
 
 router = APIRouter(tags=["operations"])
 
@@ -22,6 +22,14 @@ async def healthz() -> dict[str, str]:
 async def readyz(gw: Gateway = Depends(gateway)) -> Any:
     version = await gw.retriever.version.remote()
     return JSONResponse({"status": "ready", "index_version": version})
+
+
+@router.get("/v1/stats", dependencies=[Depends(read_access)])
+async def stats(gw: Gateway = Depends(gateway)) -> Any:
+    """The serving version's counts (documents, chunks, entities, relations, hyperedges, summaries, layers),
+    its `index_version`, `updated_at` (when it was published, ISO 8601 UTC) and `pending_jobs` (journaled
+    inserts and deletes it does not hold yet)."""
+    return JSONResponse(await gw.stats())
 
 
 @router.get("/v1/updater", dependencies=[Depends(status_access)])

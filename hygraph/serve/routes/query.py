@@ -80,9 +80,8 @@ async def chat(body: ChatRequest, gw: Gateway = Depends(gateway)) -> Any:
     # The question is the last user message: its rules are checked here, where its index is known.
     question = check_nonblank_text(body.messages[users[-1]].text(), f"messages.{users[-1]}.content",
                                    gw.cfg.serve.max_question_chars)
-    opts = body.hygraph
-    req = gw.request(question, opts.mode if opts else None, opts.top_k if opts else None,
-                     opts.min_index_version if opts else None)
+    opts = body.options()
+    req = gw.request(question, opts.mode, opts.top_k, opts.min_index_version)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if not body.stream:
         out = await gw.query(req)

@@ -1,0 +1,112 @@
+"""A command that runs Ray in its own process, watched from a parent that keeps the CLI's output contract.
+
+When a driver's raylet dies, Ray ends the driver with a bare `_exit` (no Python handler, `finally` or
+`atexit` runs) after printing the raylet's last words on stdout. Run in a child, the command can die
+like that and still: stdout holds only its JSON result line (anything else the child wrote there is
+passed to stderr as it comes), and stderr ends with one `hygraph: failed: <reason>` line, written
+here when the child could not write its own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import IO, Any, Callable, Sequence
+
+CHILD_ENV = "HYGRAPH_WATCHED"  # set in the child: it runs the command itself
+RAY_LOGS = "[ray] Ray's logs: "  # the line init_ray writes; named again in a failure line
+READ_AFTER_EXIT_S = 5.0
+PR_SET_PDEATHSIG = 1  # prctl(2)  # a process the child left behind may hold its pipes: output is read this long after
+
+
+def is_child() -> bool:
+    return os.environ.get(CHILD_ENV) == "1"
+
+
+def run_watched(argv: Sequence[str], program: Sequence[str] = (sys.executable, "-m", "hygraph.cli"),
+                signalled: threading.Event | None = None) -> int:
+    """Run `program argv` (the CLI) in a child process; relay its output; return its exit status.
+
+    The child has its own process group, so a terminal's Ctrl-C reaches it once, through this process
+    (SIGINT and SIGTERM are forwarded, and `signalled` is set)."""
+    proc = subprocess.Popen([*program, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, CHILD_ENV: "1"}, process_group=0,
+                            preexec_fn=_die_with(os.getpid()) if sys.platform.startswith("linux") else None)
+
+    def forward(signum: int, _frame: Any) -> None:
+        if signalled is not None:
+            signalled.set()
+        proc.send_signal(signum)
+
+    before = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    results: list[dict[str, Any]] = []
+    last_err: list[str] = [""]
+    readers = [threading.Thread(target=_stdout, args=(proc.stdout, results), daemon=True),
+               threading.Thread(target=_stderr, args=(proc.stderr, last_err), daemon=True)]
+    for reader in readers:
+        reader.start()
+    try:
+        status = proc.wait()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    for reader in readers:
+        reader.join(READ_AFTER_EXIT_S)
+    if status == 0 and results:
+        sys.stdout.write(json.dumps(results[-1], ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        return 0
+    if last_err[0].startswith("hygraph: "):
+        return status  # the child named its failure on its last line
+    if status < 0:
+        how = f"the command's process was killed by {signal.Signals(-status).name}"
+    elif status:
+        how = (f"the command's process ended with status {status} without saying why "
+               "(Ray ends a driver so when its node dies)")
+    else:
+        how = "the command printed no result"
+    logs = f"; Ray's logs: {last_err[1]}" if len(last_err) > 1 else ""
+    print(f"hygraph: failed: {how}{logs}", file=sys.stderr, flush=True)
+    return 128 - status if status < 0 else status or 1
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """In the child before it runs: killed when this process dies (as the command itself was, before it ran in
+    a child; Ray's own processes in turn die with their driver)."""
+    def arrange() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the watcher died before the arrangement took
+            os._exit(1)
+    return arrange
+
+
+def _stdout(stream: IO[bytes], results: list[dict[str, Any]]) -> None:
+    """The child's stdout: its JSON result line is kept for the end; anything else goes to stderr now."""
+    for raw in stream:
+        line = raw.decode("utf-8", "replace")
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            results.append(parsed)
+        else:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+
+
+def _stderr(stream: IO[bytes], last: list[str]) -> None:
+    """The child's stderr, passed on as it comes; remembers its last line and where Ray's logs are."""
+    for raw in stream:
+        line = raw.decode("utf-8", "replace")
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        if line.strip():
+            last[0] = line.strip()
+        if line.startswith(RAY_LOGS):
+            last[1:] = [line[len(RAY_LOGS):].strip()]
