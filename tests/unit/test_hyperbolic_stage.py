@@ -31,7 +31,7 @@ def test_edges_of_a_new_chunk_are_the_builds_edges_touching_it_when_no_cap_binds
     index = _index(terms[:-1], old)
     new = len(TEXTS) - 1
     index.add(f"c{new}", sorted(terms[new]), 0)
-    got = {tuple(sorted(e)) for e in new_edges(index, [f"c{new}"], [terms[new]], 0.15, 10)}
+    got = {tuple(sorted(e)) for e in new_edges(index, [f"c{new}"], [terms[new]], 0.15, 10, 500)}
     full = explicit_edges(terms, theta=0.15, max_neighbors=10)
     expected = {tuple(sorted((f"c{a}", f"c{b}"))) for a, b in full.tolist() if new in (a, b)}
     assert got == expected and got
@@ -43,7 +43,7 @@ def test_the_degree_cap_holds_for_old_and_new_chunks():
     index = _index(terms[:-2], old)
     for i in (len(TEXTS) - 2, len(TEXTS) - 1):
         index.add(f"c{i}", sorted(terms[i]), 0)
-    got = new_edges(index, ["c5", "c6"], [terms[5], terms[6]], 0.15, 1)
+    got = new_edges(index, ["c5", "c6"], [terms[5], terms[6]], 0.15, 1, 500)
     degree: dict[str, int] = {}
     for a, b in [*((f"c{a}", f"c{b}") for a, b in old.tolist()), *got]:
         degree[a], degree[b] = degree.get(a, 0) + 1, degree.get(b, 0) + 1
@@ -54,8 +54,8 @@ def test_the_degree_cap_holds_for_old_and_new_chunks():
 def test_removed_chunks_are_never_partners():
     terms = key_terms(TEXTS)
     index = _index(terms[:-1], np.zeros((0, 2), np.int64))
-    index.remove("c0")
-    index.remove("c2")
+    index.remove("c0", sorted(terms[0]))
+    index.remove("c2", sorted(terms[2]))
     index.add("c6", sorted(terms[6]), 0)
-    partners = {b if a == "c6" else a for a, b in new_edges(index, ["c6"], [terms[6]], 0.15, 10)}
+    partners = {b if a == "c6" else a for a, b in new_edges(index, ["c6"], [terms[6]], 0.15, 10, 500)}
     assert partners and not partners & {"c0", "c2"}

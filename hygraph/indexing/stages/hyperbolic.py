@@ -4,10 +4,12 @@ The build computes every chunk's key terms, the explicit edges over all of them,
 points with Riemannian Adam and stores them in Lorentz form. An update computes key terms for
 the new chunks only and finds their explicit edges through the inverted term index the updater
 keeps (`TermIndex`), by the build's rule restricted to the new rows: each new chunk nominates
-its best partners (overlap ratio >= theta), accepted strongest first while both ends have
-fewer than `max_neighbors` edges. The new points are trained with every other point frozen,
-against their explicit neighbours and a sample of stored points as negatives. The norm bound M
-(and every stored vector) changes only when a new point needs a larger one.
+its best partners (overlap ratio >= theta) among the chunks sharing a term held by at most
+`hub_df` live chunks (hub terms count in the ratio but propose no partner, as in the build),
+accepted strongest first while both ends have fewer than `max_neighbors` edges. The new points are
+trained with every other point frozen, against their explicit neighbours and a sample of stored
+points as negatives. The norm bound M (and every stored vector) changes only when a new point
+needs a larger one.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class Trained:
 def build(h: HyperbolicConfig, texts: Sequence[str], embeddings: np.ndarray) -> Trained:
     """HyperRAG §3.1-3.2: explicit keyword edges, Poincaré training, the Lorentz/L2 norm bound."""
     terms = hyperbolic.key_terms(texts)
-    edges = hyperbolic.explicit_edges(terms, theta=h.theta, max_neighbors=h.max_neighbors)
+    edges = hyperbolic.explicit_edges(terms, theta=h.theta, max_neighbors=h.max_neighbors, hub_df=h.hub_df)
     init = hyperbolic.init_from_text(embeddings, h.dim, h.seed)
     points = hyperbolic.train_poincare(init, edges, epochs=h.epochs, lr=h.lr, negatives=h.negatives,
                                        batch_size=h.batch_size, seed=h.seed, device=resolve_device(h.device))
@@ -61,14 +63,16 @@ def build(h: HyperbolicConfig, texts: Sequence[str], embeddings: np.ndarray) -> 
 
 @dataclass
 class TermIndex:
-    """The updater's inverted index of chunk key terms (term -> chunk numbers) and each chunk's term count and
-    explicit degree. Derived from the terms at load; a batch edits it as it publishes."""
+    """The updater's inverted index of chunk key terms (term -> chunk numbers, ascending), each term's count of
+    live chunks, and each chunk's term count and explicit degree. Derived from the terms at load; a batch edits
+    it as it publishes."""
 
     number: dict[str, int] = field(default_factory=dict)
     ids: list[str | None] = field(default_factory=list)  # None: removed
     n_terms: array = field(default_factory=lambda: array("l"))
     degree: array = field(default_factory=lambda: array("l"))
     postings: dict[str, array] = field(default_factory=dict)
+    df: dict[str, int] = field(default_factory=dict)  # live chunks holding the term
 
     @staticmethod
     def load(version: Version) -> "TermIndex":
@@ -86,34 +90,47 @@ class TermIndex:
         self.n_terms.append(len(terms))
         self.degree.append(degree)
         for t in terms:
-            self.postings.setdefault(t, array("l")).append(n)
+            self.postings.setdefault(t, array("l")).append(n)  # numbers only grow: postings stay ascending
+            self.df[t] = self.df.get(t, 0) + 1
 
-    def remove(self, cid: str) -> None:
+    def remove(self, cid: str, terms: Sequence[str]) -> None:
+        """Drop a chunk; `terms`: its key terms as added."""
         n = self.number.pop(cid, None)
         if n is not None:
             self.ids[n] = None  # postings keep the number; lookups skip removed chunks
+            for t in terms:
+                self.df[t] -= 1
 
-    def overlaps(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk numbers, shared terms) of every live chunk sharing a term."""
-        lists = [np.frombuffer(self.postings[t], dtype=np.int64) for t in terms if t in self.postings]
+    def overlaps(self, terms: Sequence[str], hub_df: int) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk numbers, shared terms) of every live chunk sharing a term held by at most `hub_df` live chunks;
+        the shared count includes the hub terms (core.overlap's rule)."""
+        known = [t for t in terms if t in self.postings]
+        lists = [np.frombuffer(self.postings[t], dtype=np.int64) for t in known if self.df[t] <= hub_df]
         if not lists:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         nums, counts = np.unique(np.concatenate(lists), return_counts=True)
         alive = np.fromiter((self.ids[i] is not None for i in nums.tolist()), dtype=bool, count=len(nums))
-        return nums[alive], counts[alive]
+        nums, counts = nums[alive], counts[alive]
+        for t in known:
+            if self.df[t] > hub_df:  # a binary search per candidate, not a pass over the hub's postings
+                posting = np.frombuffer(self.postings[t], dtype=np.int64)
+                at = np.minimum(np.searchsorted(posting, nums), len(posting) - 1)
+                counts += posting[at] == nums
+        return nums, counts
 
     def live(self) -> list[str]:
         return [c for c in self.ids if c is not None]
 
 
 def new_edges(index: TermIndex, new: Sequence[str], terms: Sequence[set[str]], theta: float,
-              max_neighbors: int) -> list[tuple[str, str]]:
-    """§3.1 explicit edges of new chunks (already in `index`): nominations by overlap ratio, then greedy
-    acceptance by ratio while both ends have a free slot (the build's rule, on the new rows)."""
+              max_neighbors: int, hub_df: int) -> list[tuple[str, str]]:
+    """§3.1 explicit edges of new chunks (already in `index`): nominations by overlap ratio among the chunks
+    sharing a non-hub term, then greedy acceptance by ratio while both ends have a free slot (the build's
+    rule, on the new rows)."""
     candidates: dict[tuple[int, int], float] = {}
     for cid, t in zip(new, terms):
         me = index.number[cid]
-        nums, shared = index.overlaps(sorted(t))
+        nums, shared = index.overlaps(sorted(t), hub_df)
         sizes = np.frombuffer(index.n_terms, dtype=np.int64)[nums]
         smaller = np.minimum(sizes, len(t))
         ratio = shared / np.maximum(smaller, 1)
@@ -151,15 +168,15 @@ def update(state: IndexState, h: HyperbolicConfig, index: TermIndex, new_chunks:
                 neighbours(other).remove(cid)
                 if other in index.number:
                     index.degree[index.number[other]] -= 1
-        index.remove(cid)
+        _remove(state, index, cid)
         state.delete(TERMS, cid)
         lists.pop(cid, None)
     terms = hyperbolic.key_terms(new_texts)
     for cid, t in zip(new_chunks, terms):
-        index.remove(cid)  # a replaced chunk comes back as a new row
+        _remove(state, index, cid)  # a replaced chunk comes back as a new row
         index.add(cid, sorted(t), 0)
         lists[cid] = []
-    for a, b in new_edges(index, new_chunks, terms, h.theta, h.max_neighbors):
+    for a, b in new_edges(index, new_chunks, terms, h.theta, h.max_neighbors, h.hub_df):
         neighbours(a).append(b)
         neighbours(b).append(a)
     term_of = dict(zip(new_chunks, terms))
@@ -170,6 +187,11 @@ def update(state: IndexState, h: HyperbolicConfig, index: TermIndex, new_chunks:
             state.put(TERMS, TermsRow(cid, state.require(TERMS, cid).terms, tuple(nb)))
     if new_chunks:
         _train(state, h, index, list(new_chunks), new_embeddings, lists, points_of, all_points, delta)
+
+
+def _remove(state: IndexState, index: TermIndex, cid: str) -> None:
+    row = state.get(TERMS, cid)
+    index.remove(cid, row.terms if row is not None else ())
 
 
 def _train(state: IndexState, h: HyperbolicConfig, index: TermIndex, new: list[str], embeddings: np.ndarray,
