@@ -15,7 +15,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from hygraph.core.overlap import pair_overlaps
+from hygraph.core.overlap import pair_overlaps, without_hubs
 
 NODE_KINDS = ("chunk", "entity", "hyperedge")
 EDGE_KINDS = ("chunk_chunk", "entity_entity", "entity_chunk", "hyperedge_entity", "hyperedge_chunk")
@@ -173,9 +173,9 @@ def build_hybrid_graph(
     relations: (head entity id, tail entity id, relation id) triples (eq. 3).
     hyperedges: (hyperedge id, entity ids, source chunk id); the same hyperedge id may come
     from several chunks, its entity sets are then united and it links to each source chunk.
-    Two chunks are joined when they share MORE than `shared_entity_threshold` entities (eq. 2), one of
-    them mentioned by at most `hub_chunks` chunks (None: no limit): a hub entity proposes no pair, so
-    the cost stays linear in the corpus, but counts among the shared entities (core.overlap).
+    Two chunks are joined when they share MORE than `shared_entity_threshold` entities (eq. 2), counting
+    only entities mentioned by at most `hub_chunks` chunks (None: every entity): a hub entity links no
+    pair, which keeps the cost linear in the corpus (core.overlap).
     Entities named only by relations or hyperedges still become entity nodes.
     """
     if shared_entity_threshold < 0:
@@ -225,7 +225,7 @@ def build_hybrid_graph(
     incidence.sum_duplicates()
     incidence.data[:] = 1
     cc_src_parts, cc_dst_parts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for i, j, shared in pair_overlaps(incidence, hub_chunks):
+    for i, j, shared in pair_overlaps(without_hubs(incidence, hub_chunks)):
         strong = (i < j) & (shared > shared_entity_threshold)
         cc_src_parts.append(i[strong])
         cc_dst_parts.append(j[strong])

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, TypeVar
 import numpy as np
 from scipy import sparse
 
-from hygraph.core.overlap import pair_overlaps
+from hygraph.core.overlap import pair_overlaps, without_hubs
 
 if TYPE_CHECKING:
     import torch
@@ -97,24 +97,24 @@ def explicit_edges(term_sets: list[set[str]], theta: float = 0.15, max_neighbors
                    hub_df: int | None = None) -> np.ndarray:
     """§3.1 explicit edges: e_ij = 1 iff |T_i ∩ T_j| / min(|T_i|, |T_j|) >= theta, at most `max_neighbors` each.
 
-    Overlaps come from sparse incidence products, a block of rows at a time. Only pairs sharing a term
-    held by at most `hub_df` passages are candidates (None: every pair sharing a term); a hub term still
-    counts in the overlap of a candidate pair (core.overlap), so the cost is linear in the corpus and every
-    candidate keeps its exact ratio. The degree cap is applied in two stages: each passage nominates
-    its `max_neighbors` best partners (overlap ratio descending, then lower index), then the nominated
-    pairs are accepted greedily in global order (ratio descending, then lower index pair) while both
-    endpoints have a free slot, so every passage ends with at most `max_neighbors` edges and the
-    strongest links win. Returns int64 (m, 2) with i < j, sorted.
+    Overlaps come from sparse incidence products, a block of rows at a time. A term held by more than
+    `hub_df` passages (None: no limit) is a stopword here: it is left out of T for every passage, so it
+    neither links a pair nor counts in a ratio, which keeps the cost linear in the corpus (core.overlap).
+    The degree cap is applied in two stages: each passage nominates its `max_neighbors` best partners
+    (overlap ratio descending, then lower index), then the nominated pairs are accepted greedily in
+    global order (ratio descending, then lower index pair) while both endpoints have a free slot, so
+    every passage ends with at most `max_neighbors` edges and the strongest links win. Returns int64
+    (m, 2) with i < j, sorted.
     """
     n = len(term_sets)
     if n == 0:
         return np.zeros((0, 2), dtype=np.int64)
-    x = _incidence(term_sets)
+    x = without_hubs(_incidence(term_sets), hub_df)
     sizes = np.diff(x.indptr)
     heads: list[np.ndarray] = [np.zeros(0, np.int64)]
     tails: list[np.ndarray] = [np.zeros(0, np.int64)]
     ratios: list[np.ndarray] = [np.zeros(0)]
-    for i, j, shared in pair_overlaps(x, hub_df):
+    for i, j, shared in pair_overlaps(x):
         smaller = np.minimum(sizes[i], sizes[j])
         ratio = shared / np.maximum(smaller, 1)
         ok = (smaller > 0) & (ratio >= theta)

@@ -1,18 +1,17 @@
 """The graph stage: the hybrid graph (HyGRAG eqs. 2-6, HyperGraphRAG eq. 5) built whole, grown in place.
 
 Nodes are chunks, entities and hyperedges; edges are chunk-chunk (more than
-`graph.shared_entity_threshold` shared entities, one of them mentioned by at most `graph.hub_chunks`
+`graph.shared_entity_threshold` shared entities, counting those mentioned by at most `graph.hub_chunks`
 chunks), entity-entity (relations), entity-chunk (mentions), hyperedge-entity and hyperedge-chunk.
 The build runs `build_hybrid_graph` over the whole knowledge and stores each node's neighbour list;
 an update adds and removes exactly the nodes and edges the batch's knowledge change implies, by the
 same rules, touching only the rows of the nodes at either end. An entity the batch makes a hub, or no
-longer a hub, changes which pairs of its chunks it proposes: those chunks' chunk-chunk edges are
-worked out again.
+longer a hub, changes the shared count of every pair of its chunks: those chunks' chunk-chunk edges
+are worked out again.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -134,6 +133,7 @@ def update(state: IndexState, cfg: HygraphConfig, new_chunks: Sequence[str], rem
            kc: KnowledgeChange) -> GraphChange:
     """Remove the nodes the batch deleted (a replaced chunk too), then add the new chunks, entities and
     hyperedges with their edges, and the new and lost relation edges."""
+    removed_chunks = list(removed_chunks)
     adj = _Adjacency(state)
     change = GraphChange()
     gone = [*removed_chunks, *kc.removed_entities, *kc.removed_hyperedges]
@@ -197,7 +197,8 @@ def update(state: IndexState, cfg: HygraphConfig, new_chunks: Sequence[str], rem
 
 def _hub_changed_chunks(state: IndexState, hub_chunks: int, new: dict[str, Sequence[str]],
                         removed_chunks: Iterable[str]) -> list[str]:
-    """The live old chunks of every entity that the batch's mentions moved across `hub_chunks`."""
+    """The live old chunks of every entity that the batch's mentions moved across `hub_chunks` (counted in the
+    version the batch applies to, and now)."""
     touched = {e for ents in new.values() for e in ents}
     for cid in removed_chunks:
         row = state.base.table(CHUNKS).get(cid)
@@ -215,32 +216,18 @@ def _hub_changed_chunks(state: IndexState, hub_chunks: int, new: dict[str, Seque
 def _relink_chunks(adj: _Adjacency, state: IndexState, cid: str, entities: Sequence[str], threshold: int,
                    hub_chunks: int) -> None:
     """Eq. 2 for one chunk (core.graph's rule): its chunk-chunk edges become the chunks sharing more than
-    `threshold` of its entities, one of them mentioned by at most `hub_chunks` chunks."""
+    `threshold` of its entities mentioned by at most `hub_chunks` chunks."""
     shared: Counter[str] = Counter()
-    hubs: list[tuple[str, ...]] = []  # each hub's chunks, sorted: membership by binary search
     for eid in entities:
         chunks = state.require(ENTITIES, eid).chunks
-        if len(chunks) > hub_chunks:
-            hubs.append(chunks)
-        else:
+        if len(chunks) <= hub_chunks:
             shared.update(chunks)
-    shared.pop(cid, None)
-    partners = set()
-    for other, n in shared.items():
-        if n <= threshold < n + len(hubs):
-            n += sum(_holds(chunks, other) for chunks in hubs)
-        if n > threshold:
-            partners.add(other)
+    partners = {other for other, n in shared.items() if n > threshold and other != cid}
     for other in list(adj.neighbours(cid)):
         if other not in partners and adj.kind(other) == NODE_CHUNK:
             adj.unlink(cid, other)
     for other in sorted(partners):
         adj.link(cid, other)
-
-
-def _holds(sorted_ids: tuple[str, ...], x: str) -> bool:
-    at = bisect_left(sorted_ids, x)
-    return at < len(sorted_ids) and sorted_ids[at] == x
 
 
 def _ensure_entity(adj: _Adjacency, state: IndexState, eid: str, change: GraphChange) -> None:

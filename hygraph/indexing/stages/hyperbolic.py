@@ -4,9 +4,8 @@ The build computes every chunk's key terms, the explicit edges over all of them,
 points with Riemannian Adam and stores them in Lorentz form. An update computes key terms for
 the new chunks only and finds their explicit edges through the inverted term index the updater
 keeps (`TermIndex`), by the build's rule restricted to the new rows: each new chunk nominates
-its best partners (overlap ratio >= theta) among the chunks sharing a term held by at most
-`hub_df` live chunks (hub terms count in the ratio but propose no partner, as in the build),
-accepted strongest first while both ends have fewer than `max_neighbors` edges. The new points are
+its best partners (overlap ratio >= theta, terms held by more than `hub_df` live chunks left out,
+as in the build), accepted strongest first while both ends have fewer than `max_neighbors` edges. The new points are
 trained with every other point frozen, against their explicit neighbours and a sample of stored
 points as negatives. The norm bound M (and every stored vector) changes only when a new point
 needs a larger one.
@@ -63,10 +62,11 @@ def build(h: HyperbolicConfig, texts: Sequence[str], embeddings: np.ndarray) -> 
 
 @dataclass
 class TermIndex:
-    """The updater's inverted index of chunk key terms (term -> chunk numbers, ascending), each term's count of
-    live chunks, and each chunk's term count and explicit degree. Derived from the terms at load; a batch edits
-    it as it publishes."""
+    """The updater's inverted index of chunk key terms (term -> chunk numbers), each term's count of live chunks,
+    and each chunk's count of non-hub terms (those held by at most `hub_df` live chunks: the build's |T|) and
+    explicit degree. Derived from the terms at load; a batch edits it as it publishes."""
 
+    hub_df: int
     number: dict[str, int] = field(default_factory=dict)
     ids: list[str | None] = field(default_factory=list)  # None: removed
     n_terms: array = field(default_factory=lambda: array("l"))
@@ -75,8 +75,8 @@ class TermIndex:
     df: dict[str, int] = field(default_factory=dict)  # live chunks holding the term
 
     @staticmethod
-    def load(version: Version) -> "TermIndex":
-        index = TermIndex()
+    def load(version: Version, hub_df: int) -> "TermIndex":
+        index = TermIndex(hub_df)
         if version.has(TERMS):
             for batch in version.table(TERMS).batches(["id", "terms", "neighbours"]):
                 cols = batch.to_pydict()
@@ -87,52 +87,58 @@ class TermIndex:
     def add(self, cid: str, terms: Sequence[str], degree: int) -> None:
         n = self.number[cid] = len(self.ids)
         self.ids.append(cid)
-        self.n_terms.append(len(terms))
         self.degree.append(degree)
+        size = 0
         for t in terms:
-            self.postings.setdefault(t, array("l")).append(n)  # numbers only grow: postings stay ascending
-            self.df[t] = self.df.get(t, 0) + 1
+            posting = self.postings.setdefault(t, array("l"))
+            df = self.df[t] = self.df.get(t, 0) + 1
+            if df == self.hub_df + 1:
+                self._resize(posting, -1)  # t just became a hub: its holders stop counting it
+            posting.append(n)
+            size += df <= self.hub_df
+        self.n_terms.append(size)
 
     def remove(self, cid: str, terms: Sequence[str]) -> None:
         """Drop a chunk; `terms`: its key terms as added."""
         n = self.number.pop(cid, None)
-        if n is not None:
-            self.ids[n] = None  # postings keep the number; lookups skip removed chunks
-            for t in terms:
-                self.df[t] -= 1
+        if n is None:
+            return
+        self.ids[n] = None  # postings keep the number; lookups skip removed chunks
+        for t in terms:
+            df = self.df[t] = self.df[t] - 1
+            if df == self.hub_df:
+                self._resize(self.postings[t], 1)  # no longer a hub: its live holders count it again
 
-    def overlaps(self, terms: Sequence[str], hub_df: int) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk numbers, shared terms) of every live chunk sharing a term held by at most `hub_df` live chunks;
-        the shared count includes the hub terms (core.overlap's rule)."""
-        known = [t for t in terms if t in self.postings]
-        lists = [np.frombuffer(self.postings[t], dtype=np.int64) for t in known if self.df[t] <= hub_df]
+    def _resize(self, posting: array, by: int) -> None:
+        for m in posting:
+            if self.ids[m] is not None:
+                self.n_terms[m] += by
+
+    def overlaps(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk numbers, shared non-hub terms) of every live chunk sharing a non-hub term."""
+        lists = [np.frombuffer(self.postings[t], dtype=np.int64) for t in terms
+                 if t in self.postings and self.df[t] <= self.hub_df]
         if not lists:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         nums, counts = np.unique(np.concatenate(lists), return_counts=True)
         alive = np.fromiter((self.ids[i] is not None for i in nums.tolist()), dtype=bool, count=len(nums))
-        nums, counts = nums[alive], counts[alive]
-        for t in known:
-            if self.df[t] > hub_df:  # a binary search per candidate, not a pass over the hub's postings
-                posting = np.frombuffer(self.postings[t], dtype=np.int64)
-                at = np.minimum(np.searchsorted(posting, nums), len(posting) - 1)
-                counts += posting[at] == nums
-        return nums, counts
+        return nums[alive], counts[alive]
 
     def live(self) -> list[str]:
         return [c for c in self.ids if c is not None]
 
 
 def new_edges(index: TermIndex, new: Sequence[str], terms: Sequence[set[str]], theta: float,
-              max_neighbors: int, hub_df: int) -> list[tuple[str, str]]:
-    """§3.1 explicit edges of new chunks (already in `index`): nominations by overlap ratio among the chunks
-    sharing a non-hub term, then greedy acceptance by ratio while both ends have a free slot (the build's
-    rule, on the new rows)."""
+              max_neighbors: int) -> list[tuple[str, str]]:
+    """§3.1 explicit edges of new chunks (already in `index`): nominations by overlap ratio over the non-hub
+    terms, then greedy acceptance by ratio while both ends have a free slot (the build's rule, on the new
+    rows)."""
     candidates: dict[tuple[int, int], float] = {}
+    n_terms = np.frombuffer(index.n_terms, dtype=np.int64)
     for cid, t in zip(new, terms):
         me = index.number[cid]
-        nums, shared = index.overlaps(sorted(t), hub_df)
-        sizes = np.frombuffer(index.n_terms, dtype=np.int64)[nums]
-        smaller = np.minimum(sizes, len(t))
+        nums, shared = index.overlaps(sorted(t))
+        smaller = np.minimum(n_terms[nums], n_terms[me])
         ratio = shared / np.maximum(smaller, 1)
         ok = (nums != me) & (smaller > 0) & (ratio >= theta)
         nums, ratio = nums[ok], ratio[ok]
@@ -176,7 +182,7 @@ def update(state: IndexState, h: HyperbolicConfig, index: TermIndex, new_chunks:
         _remove(state, index, cid)  # a replaced chunk comes back as a new row
         index.add(cid, sorted(t), 0)
         lists[cid] = []
-    for a, b in new_edges(index, new_chunks, terms, h.theta, h.max_neighbors, h.hub_df):
+    for a, b in new_edges(index, new_chunks, terms, h.theta, h.max_neighbors):
         neighbours(a).append(b)
         neighbours(b).append(a)
     term_of = dict(zip(new_chunks, terms))
