@@ -54,7 +54,7 @@ TAG = "bench_edges"
 _CAPITALISED = re.compile(r"\b[A-Z][\w'’-]*")
 
 
-def _baseline(root: Path, name: str) -> ModuleType:
+def baseline(root: Path, name: str) -> ModuleType:
     """`hygraph/core/<name>.py` of another checkout, loaded under its own module name."""
     spec = importlib.util.spec_from_file_location(f"baseline_{name}", root / "hygraph" / "core" / f"{name}.py")
     assert spec is not None and spec.loader is not None
@@ -219,7 +219,7 @@ def main() -> None:
     p.add_argument("--out", default="runs/bench_edges")
     args = p.parse_args()
     cfg = load_config(None)
-    base = {m: _baseline(Path(args.baseline), m) for m in ("graph", "hyperbolic")} if args.baseline else None
+    base = {m: baseline(Path(args.baseline), m) for m in ("graph", "hyperbolic")} if args.baseline else None
     sizes = [int(s) for s in args.sizes.split(",")]
     say(TAG, f"{args.corpus} corpus: key terms and entities")
     corpus = Composed(max(sizes)) if args.corpus == "composed" else Renamed()
