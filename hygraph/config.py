@@ -111,6 +111,11 @@ class ChunkingConfig(Section):
 
 class GraphConfig(Section):
     shared_entity_threshold: int = Field(3, ge=0)  # HyGRAG Table 8 `l`: chunk-chunk edge when > l shared
+    # An entity mentioned by more chunks than this (a hub: a country, a common date) neither links nor counts
+    # among a pair's shared entities (core/overlap.py). A fixed count, not a share of the corpus, is what keeps
+    # the edge search linear: it costs at most this much per mention. 500 is above every entity's count in the
+    # 1k-2k passage dev sets, so there it changes nothing.
+    hub_chunks: int = Field(500, ge=1)
 
 
 class CleoraConfig(Section):
@@ -144,6 +149,10 @@ class HyperbolicConfig(Section):
     enabled: bool = True
     theta: float = Field(0.15, ge=0, le=1)  # HyperRAG key-term overlap threshold
     max_neighbors: int = Field(5, ge=1)
+    # A key term held by more passages than this (a common word) is a stopword for the explicit edges: it
+    # neither links a pair nor counts in an overlap ratio (core/overlap.py). Fixed, not a share of the corpus,
+    # so the edge search is linear; 500 is above every term's count in the 1k-2k passage dev sets.
+    hub_df: int = Field(500, ge=1)
     dim: int = Field(32, ge=2)
     lr: float = Field(0.01, gt=0)
     epochs: int = Field(3, ge=0)

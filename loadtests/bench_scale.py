@@ -52,15 +52,20 @@ TAG = "bench_scale"
 # ------------------------------------------------------------------ corpus
 
 
-def passage_pool(n: int, seed: int = 0) -> list[dict[str, str]]:
-    """n passages: every real passage of the dev sets (by id, first seen), then passages composed from their
-    sentences: 3-6 sentences of random passages under the title of the first one's passage."""
+def real_passages() -> list[dict[str, str]]:
+    """Every real passage of the dev sets, by id, first seen."""
     real: dict[str, dict[str, str]] = {}
     for path in sorted(DEV.glob("*.corpus.jsonl")):
         for line in path.open():
             row = json.loads(line)
             real.setdefault(row["id"], {"id": row["id"], "title": row.get("title", ""), "text": row["text"]})
-    pool = list(real.values())
+    return list(real.values())
+
+
+def passage_pool(n: int, seed: int = 0) -> list[dict[str, str]]:
+    """n passages: every real passage of the dev sets, then passages composed from their
+    sentences: 3-6 sentences of random passages under the title of the first one's passage."""
+    pool = real_passages()
     sentences = [(p["title"], s) for p in pool for s in split_sentences(p["text"]) if len(s) > 30]
     rng = random.Random(seed)
     i = 0

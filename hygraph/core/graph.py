@@ -15,6 +15,8 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
+from hygraph.core.overlap import pair_overlaps, without_hubs
+
 NODE_KINDS = ("chunk", "entity", "hyperedge")
 EDGE_KINDS = ("chunk_chunk", "entity_entity", "entity_chunk", "hyperedge_entity", "hyperedge_chunk")
 
@@ -163,6 +165,7 @@ def build_hybrid_graph(
     relations: Sequence[tuple[str, str, str]],
     hyperedges: Sequence[tuple[str, Iterable[str], str]],
     shared_entity_threshold: int = 3,
+    hub_chunks: int | None = None,
 ) -> HybridGraph:
     """HyGRAG eqs. 2-6 + HyperGraphRAG eq. 5: the hybrid graph over chunks, entities and hyperedges.
 
@@ -170,11 +173,15 @@ def build_hybrid_graph(
     relations: (head entity id, tail entity id, relation id) triples (eq. 3).
     hyperedges: (hyperedge id, entity ids, source chunk id); the same hyperedge id may come
     from several chunks, its entity sets are then united and it links to each source chunk.
-    Two chunks are joined when they share MORE than `shared_entity_threshold` entities (eq. 2).
+    Two chunks are joined when they share MORE than `shared_entity_threshold` entities (eq. 2), counting
+    only entities mentioned by at most `hub_chunks` chunks (None: every entity): a hub entity links no
+    pair, which keeps the cost linear in the corpus (core.overlap).
     Entities named only by relations or hyperedges still become entity nodes.
     """
     if shared_entity_threshold < 0:
         raise ValueError(f"shared_entity_threshold must be >= 0, got {shared_entity_threshold}")
+    if hub_chunks is not None and hub_chunks < 1:
+        raise ValueError(f"hub_chunks must be >= 1, got {hub_chunks}")
     if len(chunk_entities) != len(chunk_ids):
         raise ValueError(f"{len(chunk_ids)} chunk ids but {len(chunk_entities)} entity sets")
     chunk_ids = list(chunk_ids)
@@ -217,11 +224,12 @@ def build_hybrid_graph(
         shape=(n_chunks, n_entities))
     incidence.sum_duplicates()
     incidence.data[:] = 1
-    # An entity mentioned by a single chunk adds to no pair count, so its column is left out.
-    shared_cols = incidence[:, np.flatnonzero(incidence.getnnz(axis=0) > 1)]
-    shared = (shared_cols @ shared_cols.T).tocoo()
-    strong = (shared.row < shared.col) & (shared.data > shared_entity_threshold)
-    cc_src, cc_dst = shared.row[strong].astype(np.int64), shared.col[strong].astype(np.int64)
+    cc_src_parts, cc_dst_parts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for i, j, shared in pair_overlaps(without_hubs(incidence, hub_chunks)):
+        strong = (i < j) & (shared > shared_entity_threshold)
+        cc_src_parts.append(i[strong])
+        cc_dst_parts.append(j[strong])
+    cc_src, cc_dst = np.concatenate(cc_src_parts), np.concatenate(cc_dst_parts)
 
     # Eq. 3: entity-entity edges from relation triples.
     relation_ids = [rid for _, _, rid in relations]

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Iterable, Iterator, TypeVar
 import numpy as np
 from scipy import sparse
 
+from hygraph.core.overlap import pair_overlaps, without_hubs
+
 if TYPE_CHECKING:
     import torch
 
@@ -35,8 +37,6 @@ BALL_EPS = 1e-5
 # points by comparable Euclidean amounts, and far from the boundary where distances blow up.
 INIT_RADIUS = 0.5
 _MIN_NORM = 1e-15
-# Passages per sparse overlap product: bounds the intermediate to a block's worth of nonzeros.
-_OVERLAP_BLOCK = 1024
 
 _STOPWORDS = frozenset("""
 a about above after again against all also am an and any are as at be because been before being below
@@ -93,32 +93,31 @@ def _incidence(term_sets: list[set[str]]) -> sparse.csr_matrix:
                              shape=(len(term_sets), len(vocab)))
 
 
-def explicit_edges(term_sets: list[set[str]], theta: float = 0.15, max_neighbors: int = 5) -> np.ndarray:
+def explicit_edges(term_sets: list[set[str]], theta: float = 0.15, max_neighbors: int = 5,
+                   hub_df: int | None = None) -> np.ndarray:
     """§3.1 explicit edges: e_ij = 1 iff |T_i ∩ T_j| / min(|T_i|, |T_j|) >= theta, at most `max_neighbors` each.
 
-    Overlaps come from sparse incidence products, a block of rows at a time. The degree cap is
-    applied in two stages: each passage nominates its `max_neighbors` best partners (overlap ratio
-    descending, then lower index), then the nominated pairs are accepted greedily in global order
-    (ratio descending, then lower index pair) while both endpoints have a free slot, so every
-    passage ends with at most `max_neighbors` edges and the strongest links win. Returns int64
+    Overlaps come from sparse incidence products, a block of rows at a time. A term held by more than
+    `hub_df` passages (None: no limit) is a stopword here: it is left out of T for every passage, so it
+    neither links a pair nor counts in a ratio, which keeps the cost linear in the corpus (core.overlap).
+    The degree cap is applied in two stages: each passage nominates its `max_neighbors` best partners
+    (overlap ratio descending, then lower index), then the nominated pairs are accepted greedily in
+    global order (ratio descending, then lower index pair) while both endpoints have a free slot, so
+    every passage ends with at most `max_neighbors` edges and the strongest links win. Returns int64
     (m, 2) with i < j, sorted.
     """
     n = len(term_sets)
     if n == 0:
         return np.zeros((0, 2), dtype=np.int64)
-    x = _incidence(term_sets)
-    xt = x.T.tocsr()
+    x = without_hubs(_incidence(term_sets), hub_df)
     sizes = np.diff(x.indptr)
-    heads: list[np.ndarray] = []
-    tails: list[np.ndarray] = []
-    ratios: list[np.ndarray] = []
-    for start in range(0, n, _OVERLAP_BLOCK):
-        inter = (x[start:start + _OVERLAP_BLOCK] @ xt).tocoo()
-        i = inter.row.astype(np.int64) + start
-        j = inter.col.astype(np.int64)
+    heads: list[np.ndarray] = [np.zeros(0, np.int64)]
+    tails: list[np.ndarray] = [np.zeros(0, np.int64)]
+    ratios: list[np.ndarray] = [np.zeros(0)]
+    for i, j, shared in pair_overlaps(x):
         smaller = np.minimum(sizes[i], sizes[j])
-        ratio = inter.data / np.maximum(smaller, 1)
-        ok = (i != j) & (smaller > 0) & (ratio >= theta)
+        ratio = shared / np.maximum(smaller, 1)
+        ok = (smaller > 0) & (ratio >= theta)
         i, j, ratio = i[ok], j[ok], ratio[ok]
         order = np.lexsort((j, -ratio, i))
         i, j, ratio = i[order], j[order], ratio[order]

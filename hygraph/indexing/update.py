@@ -125,7 +125,7 @@ class LiveIndex:
     @staticmethod
     def load(store: IndexStore, cfg: HygraphConfig, version: int | None = None) -> "LiveIndex":
         v = store.open(version)
-        return LiveIndex(v, LayerIndex.load(v, cfg.hierarchy), TermIndex.load(v))
+        return LiveIndex(v, LayerIndex.load(v, cfg.hierarchy), TermIndex.load(v, cfg.hyperbolic.hub_df))
 
 
 @dataclass

@@ -115,6 +115,29 @@ def test_chunk_edges_match_pairwise_definition_on_random_graph():
         assert bool(g.adjacency[i, j]) == expected
 
 
+def test_a_hub_entity_neither_links_nor_counts():
+    # "hub" is mentioned by all four chunks: with hub_chunks=3 it is left out, so d:0 and d:1 share only
+    # a and b (2, not > 2) and lose their edge; d:2 and d:3 share x, y, z without it and keep theirs.
+    mentions = [["hub", "a", "b"], ["hub", "a", "b"], ["hub", "x", "y", "z"], ["hub", "x", "y", "z"]]
+    full = build_hybrid_graph(CHUNKS, mentions, [], [], shared_entity_threshold=2)
+    capped = build_hybrid_graph(CHUNKS, mentions, [], [], shared_entity_threshold=2, hub_chunks=3)
+    assert has_edge(full, "d:0", "d:1") and has_edge(full, "d:2", "d:3")
+    assert not has_edge(capped, "d:0", "d:1") and has_edge(capped, "d:2", "d:3")
+    assert has_edge(capped, "d:0", "hub")  # its mentions stay
+
+
+def test_a_cap_no_entity_exceeds_changes_nothing():
+    rng = np.random.default_rng(3)
+    chunks = [f"c:{i}" for i in range(80)]
+    mentions = [[f"e{j}" for j in rng.choice(30, size=rng.integers(0, 10), replace=False)] for _ in chunks]
+    most = max(sum(f"e{j}" in m for m in mentions) for j in range(30))
+    full = build_hybrid_graph(chunks, mentions, [], [], shared_entity_threshold=1)
+    at_cap = build_hybrid_graph(chunks, mentions, [], [], shared_entity_threshold=1, hub_chunks=most)
+    below = build_hybrid_graph(chunks, mentions, [], [], shared_entity_threshold=1, hub_chunks=most - 1)
+    assert (at_cap.adjacency != full.adjacency).nnz == 0
+    assert (below.adjacency != full.adjacency).nnz > 0
+
+
 def test_empty_graph():
     g = build_hybrid_graph([], [], [], [])
     assert g.n_nodes == 0 and g.adjacency.shape == (0, 0)
@@ -128,6 +151,7 @@ def test_empty_graph():
     ({"hyperedges": [("h", ["a"], "nowhere")]}, "unknown source chunk"),
     ({"chunk_entities": [["d:0"], [], [], []]}, "two node kinds"),
     ({"shared_entity_threshold": -1}, "shared_entity_threshold"),
+    ({"hub_chunks": 0}, "hub_chunks"),
 ])
 def test_bad_input(kwargs, message):
     args = {"chunk_ids": CHUNKS, "chunk_entities": [[]] * 4, "relations": [], "hyperedges": [],

@@ -91,6 +91,27 @@ def test_explicit_edges_break_ties_by_lower_index_and_cap_every_degree() -> None
     assert np.array_equal(edges, explicit_edges(sets, theta=0.15, max_neighbors=5))
 
 
+def test_a_hub_term_is_a_stopword_for_explicit_edges() -> None:
+    # "hub" is held by passages 0, 1, 2 and 4. Uncapped, 0-1 share hub and a: 2 / 10 = 0.2 >= 0.15; with
+    # hub_df=3 it leaves every set: 1 / 9 < 0.15, no edge. 2-3 share p and q: uncapped 2 / 14 < 0.15;
+    # capped, passage 2 has 13 terms left: 2 / 13 >= 0.15, an edge. Pairs sharing only hub: 1 / 10 or less.
+    sets = [{"hub", "a", *(f"b{i}" for i in range(8))}, {"hub", "a", *(f"c{i}" for i in range(8))},
+            {"hub", "p", "q", *(f"d{i}" for i in range(11))}, {"p", "q", *(f"e{i}" for i in range(13))},
+            {"hub", *(f"f{i}" for i in range(10))}]
+    assert explicit_edges(sets, theta=0.15).tolist() == [[0, 1]]
+    assert explicit_edges(sets, theta=0.15, hub_df=3).tolist() == [[2, 3]]
+    assert explicit_edges(sets, theta=0.15, hub_df=4).tolist() == [[0, 1]]
+
+
+def test_explicit_edges_under_a_cap_no_term_exceeds_are_the_uncapped_ones() -> None:
+    rng = np.random.default_rng(5)
+    sets = [set(rng.choice(60, size=rng.integers(1, 12), replace=False).tolist()) for _ in range(400)]
+    most = max(sum(t in s for s in sets) for t in range(60))
+    full = explicit_edges(sets, theta=0.15, max_neighbors=5)
+    assert np.array_equal(explicit_edges(sets, theta=0.15, max_neighbors=5, hub_df=most), full)
+    assert not np.array_equal(explicit_edges(sets, theta=0.15, max_neighbors=5, hub_df=most - 1), full)
+
+
 # ---------------------------------------------------------------- ball operations
 
 def test_ball_operations() -> None:

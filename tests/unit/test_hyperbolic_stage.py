@@ -2,6 +2,7 @@
 index agree with the build's rule, and the degree cap holds for old and new chunks alike."""
 
 import numpy as np
+import pytest
 
 from hygraph.core.hyperbolic import explicit_edges, key_terms
 from hygraph.indexing.stages.hyperbolic import TermIndex, new_edges
@@ -17,24 +18,43 @@ TEXTS = [
 ]
 
 
-def _index(terms: list[set[str]], edges: np.ndarray) -> TermIndex:
-    index = TermIndex()
+def _index(terms: list[set[str]], edges: np.ndarray, hub_df: int = 500) -> TermIndex:
+    index = TermIndex(hub_df=hub_df)
     degree = np.bincount(edges.ravel(), minlength=len(terms)) if len(edges) else np.zeros(len(terms), int)
     for i, t in enumerate(terms):
         index.add(f"c{i}", sorted(t), int(degree[i]))
     return index
 
 
-def test_edges_of_a_new_chunk_are_the_builds_edges_touching_it_when_no_cap_binds():
+# hub_df 2: "sun", "solar system", "alpha centauri"... are hubs once the last text is in.
+@pytest.mark.parametrize("hub_df", [500, 2])
+def test_edges_of_a_new_chunk_are_the_builds_edges_touching_it_when_no_degree_cap_binds(hub_df):
     terms = key_terms(TEXTS)
-    old = explicit_edges(terms[:-1], theta=0.15, max_neighbors=10)
-    index = _index(terms[:-1], old)
+    old = explicit_edges(terms[:-1], theta=0.15, max_neighbors=10, hub_df=hub_df)
+    index = _index(terms[:-1], old, hub_df)
     new = len(TEXTS) - 1
     index.add(f"c{new}", sorted(terms[new]), 0)
     got = {tuple(sorted(e)) for e in new_edges(index, [f"c{new}"], [terms[new]], 0.15, 10)}
-    full = explicit_edges(terms, theta=0.15, max_neighbors=10)
+    full = explicit_edges(terms, theta=0.15, max_neighbors=10, hub_df=hub_df)
     expected = {tuple(sorted((f"c{a}", f"c{b}"))) for a, b in full.tolist() if new in (a, b)}
     assert got == expected and got
+    if hub_df == 2:
+        assert got != {tuple(sorted((f"c{a}", f"c{b}"))) for a, b in explicit_edges(terms, theta=0.15, max_neighbors=10)
+                       .tolist() if new in (a, b)}
+
+
+def test_term_counts_leave_out_hub_terms_as_terms_cross_the_cap():
+    index = TermIndex(hub_df=2)
+    index.add("a", ["x", "y"], 0)
+    index.add("b", ["x", "z"], 0)
+    assert list(index.n_terms) == [2, 2]
+    index.add("c", ["x"], 0)  # x is now held by 3 > 2: a stopword for everyone
+    assert list(index.n_terms) == [1, 1, 0]
+    assert index.overlaps(["x", "y"])[0].tolist() == [0]
+    index.remove("b", ["x", "z"])  # back to 2: a and c count it again
+    assert list(index.n_terms)[::2] == [2, 1]
+    nums, shared = index.overlaps(["x"])
+    assert nums.tolist() == [0, 2] and shared.tolist() == [1, 1]
 
 
 def test_the_degree_cap_holds_for_old_and_new_chunks():
@@ -54,8 +74,8 @@ def test_the_degree_cap_holds_for_old_and_new_chunks():
 def test_removed_chunks_are_never_partners():
     terms = key_terms(TEXTS)
     index = _index(terms[:-1], np.zeros((0, 2), np.int64))
-    index.remove("c0")
-    index.remove("c2")
+    index.remove("c0", sorted(terms[0]))
+    index.remove("c2", sorted(terms[2]))
     index.add("c6", sorted(terms[6]), 0)
     partners = {b if a == "c6" else a for a, b in new_edges(index, ["c6"], [terms[6]], 0.15, 10)}
     assert partners and not partners & {"c0", "c2"}

@@ -14,6 +14,8 @@ from hygraph.store.manifest import Manifest
 from hygraph.store.versions import IndexStore
 
 CFG = HygraphConfig.model_validate({"graph": {"shared_entity_threshold": 1}, "cleora": {"dim": 8}})
+# Bob, Cy and Dan are mentioned by three of the four chunks: hubs with c1..c4 in, not with two of them.
+HUBS = HygraphConfig.model_validate({"graph": {"shared_entity_threshold": 1, "hub_chunks": 2}, "cleora": {"dim": 8}})
 DIMS = {"text": 2, "cleora": 8}
 
 
@@ -36,10 +38,10 @@ EXTRACTIONS = {
 }
 
 
-def _store(tmp_path, chunk_ids: list[str]) -> IndexStore:
+def _store(tmp_path, chunk_ids: list[str], cfg: HygraphConfig = CFG) -> IndexStore:
     """What a build of these chunks writes for the knowledge and graph stages."""
     kb = knowledge.merge_extractions([EXTRACTIONS[c] for c in chunk_ids])
-    hg = graph_stage.build(CFG, chunk_ids, kb)
+    hg = graph_stage.build(cfg, chunk_ids, kb)
     contributions = knowledge.per_chunk(kb)
     entities, relations, hyperedges = knowledge.build_rows(kb, hg.entity_ids, hg.hyperedge_ids,
                                                            np.zeros((len(hg.entity_ids), 2), np.float32))
@@ -55,7 +57,7 @@ def _store(tmp_path, chunk_ids: list[str]) -> IndexStore:
     return store
 
 
-def _apply(state: IndexState, removed: list[str], added: list[str]) -> None:
+def _apply(state: IndexState, removed: list[str], added: list[str], cfg: HygraphConfig = CFG) -> None:
     removed_rows = [state.require(CHUNKS, c) for c in removed]
     kc = knowledge.update(state, removed_rows, [EXTRACTIONS[c] for c in added])
     state.delete_all(CHUNKS, removed)
@@ -63,7 +65,7 @@ def _apply(state: IndexState, removed: list[str], added: list[str]) -> None:
         ck = kc.chunks[c]
         state.put(CHUNKS, ChunkRow(c, c, 0, c, 1, "", tuple(ck.entities), tuple(ck.relations), tuple(ck.hyperedges),
                                    np.zeros(2, np.float32)))
-    graph_stage.update(state, CFG, added, removed, kc)
+    graph_stage.update(state, cfg, added, removed, kc)
 
 
 # An entity's record (surface name, type, description, score) follows the extractions that came in; a
@@ -94,17 +96,30 @@ def _same(state: IndexState, built: IndexStore, records: bool = True) -> None:
     assert state.manifest.stats["edges"] == v.manifest.stats["edges"]
 
 
+@pytest.mark.parametrize("cfg", [CFG, HUBS], ids=["no-hubs", "hubs"])
 @pytest.mark.parametrize("start, added, removed", [(["c1"], ["c2"], []), (["c1", "c2"], ["c3", "c4"], ["c2"]),
                                                    (["c1", "c2", "c3"], ["c4"], ["c1", "c4"])])
-def test_an_update_gives_what_a_build_of_the_same_chunks_gives(tmp_path, start, added, removed):
+def test_an_update_gives_what_a_build_of_the_same_chunks_gives(tmp_path, start, added, removed, cfg):
     grown = start + added
-    state = IndexState(_store(tmp_path / "start", start).open())
-    _apply(state, [], added)
-    _same(state, _store(tmp_path / "grown", grown))
+    state = IndexState(_store(tmp_path / "start", start, cfg).open())
+    _apply(state, [], added, cfg)
+    _same(state, _store(tmp_path / "grown", grown, cfg))
     if removed:
-        state = IndexState(_store(tmp_path / "full", grown).open())
-        _apply(state, removed, [])
-        _same(state, _store(tmp_path / "shrunk", [c for c in grown if c not in removed]), records=False)
+        state = IndexState(_store(tmp_path / "full", grown, cfg).open())
+        _apply(state, removed, [], cfg)
+        _same(state, _store(tmp_path / "shrunk", [c for c in grown if c not in removed], cfg), records=False)
+
+
+def test_chunks_lose_the_edge_a_new_hub_gave_them_and_regain_it_when_it_is_no_hub(tmp_path):
+    # c1 and c2 share Ada, Bob, Cy; with c4 in, Bob and Cy are hubs and Ada alone is not > 1.
+    state = IndexState(_store(tmp_path / "start", ["c1", "c2", "c3"], HUBS).open())
+    assert "c2" in state.require(GRAPH, "c1").neighbours
+    _apply(state, [], ["c4"], HUBS)
+    assert "c2" not in state.require(GRAPH, "c1").neighbours
+    state = IndexState(_store(tmp_path / "full", ["c1", "c2", "c3", "c4"], HUBS).open())
+    assert "c2" not in state.require(GRAPH, "c1").neighbours
+    _apply(state, ["c4"], [], HUBS)
+    assert "c2" in state.require(GRAPH, "c1").neighbours
 
 
 def test_a_chunk_links_to_chunks_sharing_more_than_the_threshold_and_a_self_loop_adds_no_edge(tmp_path):

@@ -1,11 +1,13 @@
 """The graph stage: the hybrid graph (HyGRAG eqs. 2-6, HyperGraphRAG eq. 5) built whole, grown in place.
 
 Nodes are chunks, entities and hyperedges; edges are chunk-chunk (more than
-`graph.shared_entity_threshold` shared entities), entity-entity (relations), entity-chunk
-(mentions), hyperedge-entity and hyperedge-chunk. The build runs `build_hybrid_graph` over the
-whole knowledge and stores each node's neighbour list; an update adds and removes exactly the
-nodes and edges the batch's knowledge change implies, by the same rules, touching only the
-rows of the nodes at either end.
+`graph.shared_entity_threshold` shared entities, counting those mentioned by at most `graph.hub_chunks`
+chunks), entity-entity (relations), entity-chunk (mentions), hyperedge-entity and hyperedge-chunk.
+The build runs `build_hybrid_graph` over the whole knowledge and stores each node's neighbour list;
+an update adds and removes exactly the nodes and edges the batch's knowledge change implies, by the
+same rules, touching only the rows of the nodes at either end. An entity the batch makes a hub, or no
+longer a hub, changes the shared count of every pair of its chunks: those chunks' chunk-chunk edges
+are worked out again.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from hygraph.config import HygraphConfig
 from hygraph.core.graph import EDGE_KINDS, HybridGraph, build_hybrid_graph
 from hygraph.indexing.stages.knowledge import Knowledge, KnowledgeChange
 from hygraph.indexing.state import IndexState
-from hygraph.store.artifacts import (ENTITIES, GRAPH, HYPEREDGES, NODE_CHUNK, NODE_ENTITY, NODE_HYPEREDGE,
-                                     RELATIONS, GraphNodeRow)
+from hygraph.store.artifacts import (CHUNKS, ENTITIES, GRAPH, HYPEREDGES, NODE_CHUNK, NODE_ENTITY,
+                                     NODE_HYPEREDGE, RELATIONS, GraphNodeRow)
 
 # Edge kind by the unordered pair of node kinds (core.graph.EDGE_KINDS).
 _EDGE_KIND = {frozenset([NODE_CHUNK]): "chunk_chunk", frozenset([NODE_ENTITY]): "entity_entity",
@@ -39,7 +41,7 @@ def build(cfg: HygraphConfig, chunk_ids: Sequence[str], kb: Knowledge) -> Hybrid
         chunk_ids, [chunk_entities[c] for c in chunk_ids],
         [(r.head, r.tail, rid) for rid, r in kb.relations.items()],
         [(hid, kb.hyperedges[hid].entities, cid) for hid, cids in kb.hyperedge_chunks.items() for cid in cids],
-        shared_entity_threshold=cfg.graph.shared_entity_threshold)
+        shared_entity_threshold=cfg.graph.shared_entity_threshold, hub_chunks=cfg.graph.hub_chunks)
 
 
 def build_rows(graph: HybridGraph, cleora: np.ndarray) -> list[GraphNodeRow]:
@@ -82,6 +84,9 @@ class _Adjacency:
             if row is not None:
                 self.kinds.setdefault(node, row.kind)
         return self.lists[node]
+
+    def neighbours(self, node: str) -> list[str]:
+        return self._load(node)
 
     def kind(self, node: str) -> int:
         if node not in self.kinds:
@@ -128,6 +133,7 @@ def update(state: IndexState, cfg: HygraphConfig, new_chunks: Sequence[str], rem
            kc: KnowledgeChange) -> GraphChange:
     """Remove the nodes the batch deleted (a replaced chunk too), then add the new chunks, entities and
     hyperedges with their edges, and the new and lost relation edges."""
+    removed_chunks = list(removed_chunks)
     adj = _Adjacency(state)
     change = GraphChange()
     gone = [*removed_chunks, *kc.removed_entities, *kc.removed_hyperedges]
@@ -149,7 +155,6 @@ def update(state: IndexState, cfg: HygraphConfig, new_chunks: Sequence[str], rem
     for cid in new_chunks:
         adj.add_node(cid, NODE_CHUNK)
         change.new_nodes.append(cid)
-    threshold = cfg.graph.shared_entity_threshold
     for cid in new_chunks:
         ck = kc.chunks[cid]
         for eid in ck.entities:
@@ -157,13 +162,11 @@ def update(state: IndexState, cfg: HygraphConfig, new_chunks: Sequence[str], rem
             adj.link(cid, eid)
         for hid in ck.hyperedges:
             adj.link(cid, hid)
-        # Eq. 2: chunks sharing more than `threshold` entities with this one.
-        shared: Counter[str] = Counter()
-        for eid in ck.entities:
-            shared.update(state.require(ENTITIES, eid).chunks)
-        for other, n in shared.items():
-            if n > threshold and other != cid:
-                adj.link(cid, other)
+    entities = {cid: kc.chunks[cid].entities for cid in new_chunks}
+    for cid in _hub_changed_chunks(state, cfg.graph.hub_chunks, entities, removed_chunks):
+        entities[cid] = state.require(CHUNKS, cid).entities
+    for cid, ents in entities.items():
+        _relink_chunks(adj, state, cid, ents, cfg.graph.shared_entity_threshold, cfg.graph.hub_chunks)
     for rid in kc.new_relations:
         row = state.require(RELATIONS, rid)
         _ensure_entity(adj, state, row.head, change)
@@ -190,6 +193,41 @@ def update(state: IndexState, cfg: HygraphConfig, new_chunks: Sequence[str], rem
         edges[kind] = edges.get(kind, 0) + n
     state.manifest.stats["edges"] = edges
     return change
+
+
+def _hub_changed_chunks(state: IndexState, hub_chunks: int, new: dict[str, Sequence[str]],
+                        removed_chunks: Iterable[str]) -> list[str]:
+    """The live old chunks of every entity that the batch's mentions moved across `hub_chunks` (counted in the
+    version the batch applies to, and now)."""
+    touched = {e for ents in new.values() for e in ents}
+    for cid in removed_chunks:
+        row = state.base.table(CHUNKS).get(cid)
+        if row is not None:
+            touched.update(row.entities)
+    out: dict[str, None] = {}
+    for eid in sorted(touched):
+        before, after = state.base.table(ENTITIES).get(eid), state.get(ENTITIES, eid)
+        was = before is not None and len(before.chunks) > hub_chunks
+        if after is not None and (len(after.chunks) > hub_chunks) != was:
+            out.update(dict.fromkeys(c for c in after.chunks if c not in new))
+    return list(out)
+
+
+def _relink_chunks(adj: _Adjacency, state: IndexState, cid: str, entities: Sequence[str], threshold: int,
+                   hub_chunks: int) -> None:
+    """Eq. 2 for one chunk (core.graph's rule): its chunk-chunk edges become the chunks sharing more than
+    `threshold` of its entities mentioned by at most `hub_chunks` chunks."""
+    shared: Counter[str] = Counter()
+    for eid in entities:
+        chunks = state.require(ENTITIES, eid).chunks
+        if len(chunks) <= hub_chunks:
+            shared.update(chunks)
+    partners = {other for other, n in shared.items() if n > threshold and other != cid}
+    for other in list(adj.neighbours(cid)):
+        if other not in partners and adj.kind(other) == NODE_CHUNK:
+            adj.unlink(cid, other)
+    for other in sorted(partners):
+        adj.link(cid, other)
 
 
 def _ensure_entity(adj: _Adjacency, state: IndexState, eid: str, change: GraphChange) -> None:

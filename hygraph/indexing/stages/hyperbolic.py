@@ -4,10 +4,11 @@ The build computes every chunk's key terms, the explicit edges over all of them,
 points with Riemannian Adam and stores them in Lorentz form. An update computes key terms for
 the new chunks only and finds their explicit edges through the inverted term index the updater
 keeps (`TermIndex`), by the build's rule restricted to the new rows: each new chunk nominates
-its best partners (overlap ratio >= theta), accepted strongest first while both ends have
-fewer than `max_neighbors` edges. The new points are trained with every other point frozen,
-against their explicit neighbours and a sample of stored points as negatives. The norm bound M
-(and every stored vector) changes only when a new point needs a larger one.
+its best partners (overlap ratio >= theta, terms held by more than `hub_df` live chunks left out,
+as in the build), accepted strongest first while both ends have fewer than `max_neighbors` edges. The new points are
+trained with every other point frozen, against their explicit neighbours and a sample of stored
+points as negatives. The norm bound M (and every stored vector) changes only when a new point
+needs a larger one.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Trained:
 def build(h: HyperbolicConfig, texts: Sequence[str], embeddings: np.ndarray) -> Trained:
     """HyperRAG §3.1-3.2: explicit keyword edges, Poincaré training, the Lorentz/L2 norm bound."""
     terms = hyperbolic.key_terms(texts)
-    edges = hyperbolic.explicit_edges(terms, theta=h.theta, max_neighbors=h.max_neighbors)
+    edges = hyperbolic.explicit_edges(terms, theta=h.theta, max_neighbors=h.max_neighbors, hub_df=h.hub_df)
     init = hyperbolic.init_from_text(embeddings, h.dim, h.seed)
     points = hyperbolic.train_poincare(init, edges, epochs=h.epochs, lr=h.lr, negatives=h.negatives,
                                        batch_size=h.batch_size, seed=h.seed, device=resolve_device(h.device))
@@ -61,18 +62,21 @@ def build(h: HyperbolicConfig, texts: Sequence[str], embeddings: np.ndarray) -> 
 
 @dataclass
 class TermIndex:
-    """The updater's inverted index of chunk key terms (term -> chunk numbers) and each chunk's term count and
+    """The updater's inverted index of chunk key terms (term -> chunk numbers), each term's count of live chunks,
+    and each chunk's count of non-hub terms (those held by at most `hub_df` live chunks: the build's |T|) and
     explicit degree. Derived from the terms at load; a batch edits it as it publishes."""
 
+    hub_df: int
     number: dict[str, int] = field(default_factory=dict)
     ids: list[str | None] = field(default_factory=list)  # None: removed
     n_terms: array = field(default_factory=lambda: array("l"))
     degree: array = field(default_factory=lambda: array("l"))
     postings: dict[str, array] = field(default_factory=dict)
+    df: dict[str, int] = field(default_factory=dict)  # live chunks holding the term
 
     @staticmethod
-    def load(version: Version) -> "TermIndex":
-        index = TermIndex()
+    def load(version: Version, hub_df: int) -> "TermIndex":
+        index = TermIndex(hub_df)
         if version.has(TERMS):
             for batch in version.table(TERMS).batches(["id", "terms", "neighbours"]):
                 cols = batch.to_pydict()
@@ -83,19 +87,37 @@ class TermIndex:
     def add(self, cid: str, terms: Sequence[str], degree: int) -> None:
         n = self.number[cid] = len(self.ids)
         self.ids.append(cid)
-        self.n_terms.append(len(terms))
         self.degree.append(degree)
+        size = 0
         for t in terms:
-            self.postings.setdefault(t, array("l")).append(n)
+            posting = self.postings.setdefault(t, array("l"))
+            df = self.df[t] = self.df.get(t, 0) + 1
+            if df == self.hub_df + 1:
+                self._resize(posting, -1)  # t just became a hub: its holders stop counting it
+            posting.append(n)
+            size += df <= self.hub_df
+        self.n_terms.append(size)
 
-    def remove(self, cid: str) -> None:
+    def remove(self, cid: str, terms: Sequence[str]) -> None:
+        """Drop a chunk; `terms`: its key terms as added."""
         n = self.number.pop(cid, None)
-        if n is not None:
-            self.ids[n] = None  # postings keep the number; lookups skip removed chunks
+        if n is None:
+            return
+        self.ids[n] = None  # postings keep the number; lookups skip removed chunks
+        for t in terms:
+            df = self.df[t] = self.df[t] - 1
+            if df == self.hub_df:
+                self._resize(self.postings[t], 1)  # no longer a hub: its live holders count it again
+
+    def _resize(self, posting: array, by: int) -> None:
+        for m in posting:
+            if self.ids[m] is not None:
+                self.n_terms[m] += by
 
     def overlaps(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk numbers, shared terms) of every live chunk sharing a term."""
-        lists = [np.frombuffer(self.postings[t], dtype=np.int64) for t in terms if t in self.postings]
+        """(chunk numbers, shared non-hub terms) of every live chunk sharing a non-hub term."""
+        lists = [np.frombuffer(self.postings[t], dtype=np.int64) for t in terms
+                 if t in self.postings and self.df[t] <= self.hub_df]
         if not lists:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         nums, counts = np.unique(np.concatenate(lists), return_counts=True)
@@ -108,14 +130,15 @@ class TermIndex:
 
 def new_edges(index: TermIndex, new: Sequence[str], terms: Sequence[set[str]], theta: float,
               max_neighbors: int) -> list[tuple[str, str]]:
-    """§3.1 explicit edges of new chunks (already in `index`): nominations by overlap ratio, then greedy
-    acceptance by ratio while both ends have a free slot (the build's rule, on the new rows)."""
+    """§3.1 explicit edges of new chunks (already in `index`): nominations by overlap ratio over the non-hub
+    terms, then greedy acceptance by ratio while both ends have a free slot (the build's rule, on the new
+    rows)."""
     candidates: dict[tuple[int, int], float] = {}
+    n_terms = np.frombuffer(index.n_terms, dtype=np.int64)
     for cid, t in zip(new, terms):
         me = index.number[cid]
         nums, shared = index.overlaps(sorted(t))
-        sizes = np.frombuffer(index.n_terms, dtype=np.int64)[nums]
-        smaller = np.minimum(sizes, len(t))
+        smaller = np.minimum(n_terms[nums], n_terms[me])
         ratio = shared / np.maximum(smaller, 1)
         ok = (nums != me) & (smaller > 0) & (ratio >= theta)
         nums, ratio = nums[ok], ratio[ok]
@@ -151,12 +174,12 @@ def update(state: IndexState, h: HyperbolicConfig, index: TermIndex, new_chunks:
                 neighbours(other).remove(cid)
                 if other in index.number:
                     index.degree[index.number[other]] -= 1
-        index.remove(cid)
+        _remove(state, index, cid)
         state.delete(TERMS, cid)
         lists.pop(cid, None)
     terms = hyperbolic.key_terms(new_texts)
     for cid, t in zip(new_chunks, terms):
-        index.remove(cid)  # a replaced chunk comes back as a new row
+        _remove(state, index, cid)  # a replaced chunk comes back as a new row
         index.add(cid, sorted(t), 0)
         lists[cid] = []
     for a, b in new_edges(index, new_chunks, terms, h.theta, h.max_neighbors):
@@ -170,6 +193,11 @@ def update(state: IndexState, h: HyperbolicConfig, index: TermIndex, new_chunks:
             state.put(TERMS, TermsRow(cid, state.require(TERMS, cid).terms, tuple(nb)))
     if new_chunks:
         _train(state, h, index, list(new_chunks), new_embeddings, lists, points_of, delta)
+
+
+def _remove(state: IndexState, index: TermIndex, cid: str) -> None:
+    row = state.get(TERMS, cid)
+    index.remove(cid, row.terms if row is not None else ())
 
 
 def _train(state: IndexState, h: HyperbolicConfig, index: TermIndex, new: list[str], embeddings: np.ndarray,
