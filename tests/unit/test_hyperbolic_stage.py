@@ -104,7 +104,7 @@ def test_a_batch_that_needs_a_larger_norm_bound_fetches_only_stored_points(tmp_p
         # A bound below any point's lifted norm (>= 1): the batch's points need a larger one.
         w.commit(Manifest(dims={}, hyperbolic=HyperbolicInfo(M=0.5, dim=h.dim, seed=0)))
     state = IndexState(store.open())
-    index = stage.TermIndex.load(state.base)
+    index = stage.TermIndex.load(state.base, h.hub_df)
     fetched: list[list[str]] = []
 
     def points_of(ids):
