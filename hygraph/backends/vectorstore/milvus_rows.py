@@ -1,10 +1,10 @@
 """Milvus insert and upsert requests encoded from arrays, sent on a gRPC channel of their own.
 
 pymilvus's MilvusClient turns every row into a dict and every field value into a protobuf value
-in Python: ~1 ms a row of a 384-float vector, 85% of the time a build spent writing vectors
-(cProfile, docs/bench/vector_writes.md). Here each field is one protobuf array: the vectors
-are the float32 bytes of the whole batch, parsed by protobuf's C runtime (a packed `repeated
-float` is exactly those little-endian bytes), so a batch costs ~20 µs a row. The requests are the
+in Python: ~1 ms a row of a 384-float vector, 85% of an upsert's time (cProfile,
+docs/bench/vector_writes.md). Here each field is one protobuf array: the vectors are the float32
+bytes of the whole batch, parsed by protobuf's C runtime (a packed `repeated float` is exactly
+those little-endian bytes), so the client spends a tenth of the CPU time. The requests are the
 InsertRequest/UpsertRequest messages of pymilvus's generated protocol, which every Milvus server
 of 2.3 and later answers; several are in flight at once, since the server handles them in
 parallel.
