@@ -92,10 +92,10 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
                 w.commit(manifest)
                 version = w.version
         writer = None
-        store.forget_collections([version])  # the manifest names them now
         # The versions before a rebuild go once their grace ends, with their segments and collections,
         # and so do the collections of builds that died before committing.
         try:
+            store.forget_collections([version])  # the manifest names them now
             collect_garbage(cfg, store, vs)
         except Exception as exc:  # noqa: BLE001 - published already; the next build or update collects
             stages.note(f"garbage collection of old versions failed ({type(exc).__name__}); retried later")
