@@ -1,4 +1,4 @@
-"""`hygraph index | query | eval | insert | delete | serve` (CONTRACT.md).
+"""`hygraph index | query | eval | insert | delete | gc | serve` (CONTRACT.md).
 
 Progress goes to stderr; the result is one JSON object on the last stdout line. Bad input
 exits 2 with one line on stderr that names the problem; no traceback. Any other failure, Ray's
@@ -134,6 +134,12 @@ def cmd_delete(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
             "chunks_removed": out["chunks_removed"], "llm_calls": out["llm_calls"], "compaction": out["compaction"]}
 
 
+def cmd_gc(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
+    from hygraph.indexing.build import gc_index
+
+    return gc_index(cfg, args.index_dir)
+
+
 def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     """Builds the bundled demo index when the directory has none, then answers sample questions."""
     from hygraph.data import DEMO_DIR
@@ -229,6 +235,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--index-dir", required=True)
     s.add_argument("--ids", required=True, help="comma-separated document ids")
     s.set_defaults(run=cmd_delete)
+
+    s = sub.add_parser("gc", parents=[config_after],
+                       help="remove old index versions (updates.keep_versions, updates.gc_grace_s), unreferenced "
+                       "segments, and the vector collections of those versions and of builds that never committed")
+    s.add_argument("--index-dir", required=True)
+    s.set_defaults(run=cmd_gc)
 
     s = sub.add_parser("demo", parents=[config_after],
                        help="build the bundled demo index if needed and answer sample questions")

@@ -28,7 +28,7 @@ from hygraph.model import Document, TripleRecord, load_corpus, load_triples
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, HYPERPLANES, PARENTS,
                                      RELATIONS, SUMMARIES, TERMS, Artifact, ChunkRow, DocumentRow, PostingsRow)
 from hygraph.store.manifest import HierarchyInfo, HyperbolicInfo, Manifest
-from hygraph.store.versions import IndexStore
+from hygraph.store.versions import GcResult, IndexStore
 
 
 def build_knowledge(ing: ingest.Ingested, triples: list[TripleRecord] | None, kg: str | Path | None
@@ -92,10 +92,11 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
                 w.commit(manifest)
                 version = w.version
         writer = None
-        # The versions before a rebuild go once their grace ends, with their segments and collections.
+        # The versions before a rebuild go once their grace ends, with their segments and collections,
+        # and so do the collections of builds that died before committing.
         try:
-            for name in store.gc(cfg.updates.keep_versions, cfg.updates.gc_grace_s).collections:
-                vs.drop(name)
+            store.forget_collections([version])  # the manifest names them now
+            collect_garbage(cfg, store, vs)
         except Exception as exc:  # noqa: BLE001 - published already; the next build or update collects
             stages.note(f"garbage collection of old versions failed ({type(exc).__name__}); retried later")
     finally:
@@ -108,6 +109,32 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
                                    ("documents", "chunks", "entities", "relations", "hyperedges", "summaries")},
             "layers": manifest.stats.get("layers", 0), "seconds": stages.total, "llm_calls": usage.calls(),
             "stats": manifest.stats}
+
+
+def collect_garbage(cfg: HygraphConfig, store: IndexStore, vs: vectorstore.VectorStore) -> GcResult:
+    """`store.gc` with the configured retention, then drop the vector collections it hands back: those
+    only removed versions named, and those of builds that never committed (then forgotten)."""
+    result = store.gc(cfg.updates.keep_versions, cfg.updates.gc_grace_s)
+    for name in sorted(result.collections):
+        vs.drop(name)
+    store.forget_collections(result.orphaned)
+    return result
+
+
+def gc_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, Any]:
+    """`hygraph gc`: what `collect_garbage` removed from `index_dir` and its vector store. The store is
+    connected first: a collection gc hands back while the store is unreachable would be forgotten."""
+    store = IndexStore(index_dir)
+    if store.uid is None:
+        raise InputError(f"--index-dir {index_dir}: not an index directory (no index.json)")
+    vs = vectorstore.connect(cfg.vector_store, index_dir)
+    try:
+        result = collect_garbage(cfg, store, vs)
+    finally:
+        vs.close()
+    return {"versions_removed": result.versions, "segment_files_removed": result.segment_files,
+            "bytes_removed": result.bytes, "collections_dropped": sorted(result.collections),
+            "unfinished_builds": result.orphaned}
 
 
 class _Built:
@@ -125,15 +152,16 @@ class _Built:
         self.lexical: dict[Artifact[PostingsRow], list[PostingsRow]] = {}
 
     def write_vectors(self, writer: vectors.CollectionWriter) -> None:
-        writer.write("chunks", self.chunk_ids, self.ing.embeddings)
+        writer.add("chunks", self.chunk_ids, self.ing.embeddings)
         if self.kb is not None and self.graph is not None:
-            writer.write("entities", self.graph.entity_ids, self.vecs["entities"])
-            writer.write("relations", list(self.kb.relations), self.vecs["relations"])
-            writer.write("hyperedges", self.graph.hyperedge_ids, self.vecs["hyperedges"])
+            writer.add("entities", self.graph.entity_ids, self.vecs["entities"])
+            writer.add("relations", list(self.kb.relations), self.vecs["relations"])
+            writer.add("hyperedges", self.graph.hyperedge_ids, self.vecs["hyperedges"])
         if self.hier is not None:
-            writer.write("summaries", self.hier.ids, self.hier.embeddings, layers=self.hier.layers)
+            writer.add("summaries", self.hier.ids, self.hier.embeddings, layers=self.hier.layers)
         if self.hyp is not None:
-            writer.write("hyperbolic", self.chunk_ids, self.hyp.storage(), metric="L2")
+            writer.add("hyperbolic", self.chunk_ids, self.hyp.storage(), metric="L2")
+        writer.write()
 
     def write_tables(self, w: Any, cfg: HygraphConfig) -> Manifest:
         dims = {"text": int(self.ing.embeddings.shape[1]), "cleora": cfg.cleora.dim}

@@ -5,6 +5,9 @@ Layout:
 - `segments/<artifact>/<version>-<seq>.*`: immutable segments (`store/segment.py`);
 - `versions/NNNNNN.json`: a version's manifest, naming the segments of each artifact;
 - `versions/.tmp-N-pid`: version N reserved by a live writer;
+- `versions/.collections-N.json`: the vector collections version N's writer creates, recorded before
+  it creates them; once N is published its manifest names them, and if N never is (its writer died),
+  garbage collection hands them to the caller to drop;
 - `CURRENT`: the published version;
 - `derived/`: read structures that readers derive from a version, shared by a node's readers
   (`store/derived.py`); a cache, removed with its version.
@@ -28,7 +31,7 @@ import uuid
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -42,6 +45,7 @@ from hygraph.store.segment import DELETED, key_hash, segment_files, write_segmen
 from hygraph.store.table import Table
 
 _TMP = re.compile(r"^\.tmp-(\d+)-(\d+)$")
+_RECORD = re.compile(r"^\.collections-(\d+)\.json$")
 _MANIFEST = re.compile(r"^(\d{6,})\.json$")
 _SEGMENT = re.compile(r"^(\d{6,})-(\d+)\.(arrow|keys\.npy|dead\.arrow)$")
 
@@ -143,7 +147,10 @@ class GcResult:
     versions: list[int]
     segment_files: int
     bytes: int
-    collections: set[str]  # vector collections only the removed versions named: the caller drops them
+    # Vector collections only the removed versions named, and those of writers that died before
+    # publishing: the caller drops them, then calls `forget_collections(orphaned)`.
+    collections: set[str]
+    orphaned: list[int]  # the dead writers' versions, whose records are kept until then
 
 
 class IndexStore:
@@ -231,6 +238,44 @@ class IndexStore:
             if m and not pid_alive(int(m.group(2))):
                 shutil.rmtree(p, ignore_errors=True)
 
+    def _record_path(self, version: int) -> Path:
+        return self.versions_dir / f".collections-{version}.json"
+
+    def record_collections(self, version: int, names: Iterable[str]) -> None:
+        """Record (durably) that version `version`'s writer is about to create the vector collections
+        `names`, before it creates any: if the version is never published, `gc` returns them."""
+        with self.lock():
+            path = self._record_path(version)
+            known = json.loads(path.read_bytes()) if path.is_file() else []
+            write_atomic(path, json.dumps(sorted(set(known) | set(names))).encode())
+
+    def forget_collections(self, versions: Iterable[int]) -> None:
+        """Remove the records of `versions`' collections (dropped, or named by a published manifest)."""
+        with self.lock():
+            for v in versions:
+                self._record_path(v).unlink(missing_ok=True)
+
+    def _orphaned_collections(self, live: set[int]) -> dict[int, list[str]]:
+        """The recorded collections of versions neither published nor being written (their writer died);
+        records of published versions are removed (the manifest names those collections)."""
+        out: dict[int, list[str]] = {}
+        published = set(self.versions())
+        for p in self.versions_dir.iterdir():
+            m = _RECORD.match(p.name)
+            if m is None:
+                continue
+            v = int(m.group(1))
+            if v in published:
+                p.unlink()
+            elif v not in live:
+                try:
+                    names = json.loads(p.read_bytes())
+                except ValueError:
+                    raise StoreError(f"{p}: not a record of vector collections (remove it after dropping "
+                                     f"the collections hg_{self.uid}_g{v}_* by hand)") from None
+                out[v] = [str(n) for n in names]
+        return out
+
     def gc(self, keep: int, grace_s: float) -> GcResult:
         """Remove versions older than the newest `keep` and older than `grace_s` (CURRENT always stays),
         then every segment file no remaining version names and no live writer is writing.
@@ -252,13 +297,16 @@ class IndexStore:
                 named.update(self.manifest(v).collections.values())
                 path.unlink()
                 removed.append(v)
+            writing = {int(m.group(1)) for p in self.versions_dir.iterdir() if (m := _TMP.match(p.name))}
+            orphans = self._orphaned_collections(writing)
+            for names in orphans.values():
+                named.update(names)
             referenced: set[tuple[str, str]] = set()
             for v in self.versions():
                 manifest = self.manifest(v)
                 named.difference_update(manifest.collections.values())
                 for name, ref in manifest.tables.items():
                     referenced.update((name, s) for s in ref.segments)
-            writing = {int(m.group(1)) for p in self.versions_dir.iterdir() if (m := _TMP.match(p.name))}
             for directory in self.segments_dir.iterdir() if self.segments_dir.is_dir() else ():
                 for f in directory.iterdir():
                     m = _SEGMENT.match(f.name)
@@ -273,7 +321,7 @@ class IndexStore:
             live = set(self.versions())
             derived.remove(self.derived_dir, lambda uid, v, fmt: (uid, fmt) == (self.uid, derived.FORMAT) and v in live)
             fsync_dir(self.versions_dir)
-        return GcResult(removed, n_files, n_bytes, named)
+        return GcResult(removed, n_files, n_bytes, named, sorted(orphans))
 
     def segment_bytes(self, artifact: str, segment: str) -> int:
         return sum(f.stat().st_size for f in segment_files(self.segment_dir(artifact), segment) if f.is_file())

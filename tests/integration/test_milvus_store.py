@@ -152,6 +152,77 @@ def test_hostile_ids_are_data_never_code(store):
     store.drop(name)
 
 
+def test_a_bulk_fill_reads_back_exactly_and_takes_upserts_after(store):
+    """What a build writes (`fill`: concurrent array-encoded inserts, batches of 5 here) reads back
+    bit for bit, hostile ids verbatim; the updater's upserts then replace and add rows."""
+    name = "bulk_chunks"
+    rng = np.random.default_rng(5)
+    plain = [f"bulk-{i}:{i % 4}" for i in range(60)]
+    ids = plain + HOSTILE
+    vecs, layers = _unit(rng, len(ids), dim=16), [i % 3 for i in range(len(ids))]
+    store.create(name, 16, "IP")
+    store.fill(name, ids, vecs, version=1, layers=layers)
+    store.seal(name)
+    assert np.array_equal(store.fetch(name, ids[::-1]), vecs[::-1])
+    for i in (0, 37, *range(len(plain), len(ids))):
+        [hits] = store.search(name, vecs[i:i + 1], 1)
+        assert hits[0].id == ids[i] and hits[0].layer == layers[i], ids[i]
+    [hits] = store.search(name, vecs[:1], len(ids), layer=2)
+    assert {h.id for h in hits} == {x for x, lay in zip(ids, layers) if lay == 2}
+    new = _unit(rng, 2, dim=16)
+    store.upsert(name, [HOSTILE[0], "added"], new, version=2)
+    store.persist(name)
+    assert np.array_equal(store.fetch(name, [HOSTILE[0], "added", plain[5]]), np.vstack([new, vecs[5:6]]))
+    [hits] = store.search(name, vecs[:1], 100)
+    assert len(hits) == len(ids) + 1  # the upsert replaced its row, it did not add a second one
+    store.drop(name)
+
+
+KILLED_BUILD = """
+import json, os, signal, sys
+import numpy as np
+from hygraph.backends.vectorstore import connect
+from hygraph.config import VectorStoreConfig
+from hygraph.indexing.stages.vectors import CollectionWriter
+from hygraph.store.versions import IndexStore
+
+store = IndexStore(sys.argv[1], create=True)
+vs = connect(VectorStoreConfig(), sys.argv[1])
+with store.begin() as w:
+    writer = CollectionWriter(vs, store, w.version)
+    writer.add("chunks", ["c:0", "c:1"], np.eye(2, 4, dtype=np.float32))
+    writer.add("entities", ["e'] or pk > 0 or ['"], np.eye(1, 4, dtype=np.float32))
+    writer.write()
+    print(json.dumps(sorted(writer.collections.values())), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # before the snapshot is written and committed
+"""
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _gc(index_dir: Path) -> dict:
+    out = _run("-m", "hygraph.cli", "gc", "--index-dir", str(index_dir))
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_build_killed_after_creating_its_collections_leaves_nothing_after_gc(store, index_dir):
+    out = _run("-c", KILLED_BUILD, str(index_dir))
+    assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
+    names = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(names) == 2 and all(store.exists(n) for n in names)  # created, filled, sealed, then killed
+    assert (index_dir / "versions" / ".collections-1.json").is_file()
+    result = _gc(index_dir)
+    assert result["collections_dropped"] == names and result["unfinished_builds"] == [1]
+    assert not any(store.exists(n) for n in names)
+    assert not list((index_dir / "versions").glob(".*"))  # neither the record nor the writer's marker is left
+    assert _gc(index_dir) == {"versions_removed": [], "segment_files_removed": 0, "bytes_removed": 0,
+                              "collections_dropped": [], "unfinished_builds": []}
+
+
 def test_a_collection_of_an_older_hygraph_keeps_its_id_limit(store):
     """Collections created when item_id was VARCHAR(1024) still refuse longer ids, before sending them."""
     from pymilvus import DataType, MilvusClient

@@ -8,12 +8,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
+from pymilvus.grpc_gen import common_pb2, milvus_pb2
 
 from hygraph.backends.vectorstore import milvus as mv
 from hygraph.backends.vectorstore.milvus import ID_MAX_BYTES, MilvusStore, id_key, short
+from hygraph.backends.vectorstore.milvus_rows import REQUEST_BYTES, RowWriter, batches
 from hygraph.config import VectorStoreConfig
 from hygraph.errors import StoreError, StoreUnavailable
 from tests.hostile import FILTER_BREAKERS
@@ -78,6 +81,38 @@ class FakeClient:
         return record
 
 
+class FakeStub:
+    """The server end of the array-encoded writes: decodes each request back into rows."""
+
+    def __init__(self, client: FakeClient) -> None:
+        self.client = client
+        self.lock = threading.Lock()
+
+    def _rows(self, request) -> list[dict]:
+        cols = {f.field_name: f for f in request.fields_data}
+        dim = cols["vec"].vectors.dim
+        vecs = np.asarray(cols["vec"].vectors.float_vector.data, np.float32).reshape(-1, dim)
+        assert len(vecs) == request.num_rows
+        return [{"pk": pk, "item_id": item_id, "vec": vec.tolist(), "kind": kind, "layer": layer, "version": version}
+                for pk, item_id, vec, kind, layer, version in zip(
+                    cols["pk"].scalars.long_data.data, cols["item_id"].scalars.string_data.data, vecs,
+                    cols["kind"].scalars.string_data.data, cols["layer"].scalars.long_data.data,
+                    cols["version"].scalars.long_data.data)]
+
+    def _record(self, what: str, request):
+        rows = self._rows(request)
+        with self.lock:  # the writer sends batches from several threads
+            self.client.calls.append((what, (request.collection_name, rows), {}))
+            self.client.rows.update((r["pk"], r) for r in rows)
+        return milvus_pb2.MutationResult()
+
+    def Upsert(self, request, timeout=None, metadata=None):  # noqa: N802 - the gRPC method's name
+        return self._record("upsert", request)
+
+    def Insert(self, request, timeout=None, metadata=None):  # noqa: N802
+        return self._record("insert", request)
+
+
 def _store(insert_batch: int = 2000) -> tuple[MilvusStore, FakeClient]:
     from pymilvus.exceptions import MilvusException
 
@@ -87,18 +122,59 @@ def _store(insert_batch: int = 2000) -> tuple[MilvusStore, FakeClient]:
     store._metrics, store._version = {"c": "IP"}, None
     store.missing_hint, store._id_limits = "", {}
     store.client = FakeClient()
+    rows = RowWriter.__new__(RowWriter)
+    rows._stub, rows._metadata, rows._timeout = FakeStub(store.client), [], 1.0
+    store._rows = rows
     return store, store.client
+
+
+def _sent(client: FakeClient, what: str = "upsert") -> list[list[dict]]:
+    """The batches sent, in the order of the rows they carry (they may arrive in any order)."""
+    batches = [args[1] for name, args, _ in client.calls if name == what]
+    return sorted(batches, key=lambda b: HOSTILE.index(b[0]["item_id"]) if b[0]["item_id"] in HOSTILE else -1)
 
 
 def test_upsert_sends_int_keys_and_the_id_as_data_in_batches():
     store, client = _store(insert_batch=4)
     vecs = np.eye(len(HOSTILE), 4, dtype=np.float32)
     store.upsert("c", HOSTILE, vecs, version=3, layers=list(range(len(HOSTILE))))
-    batches = [args[1] for name, args, _ in client.calls if name == "upsert"]
+    batches = _sent(client)
     assert [len(b) for b in batches] == [4, 4, 4, 2]
     rows = [r for b in batches for r in b]
     assert [r["item_id"] for r in rows] == HOSTILE
     assert all(r["pk"] == id_key(r["item_id"]) and isinstance(r["pk"], int) for r in rows)
+    assert [r["vec"] for r in rows] == vecs.tolist()  # exactly the float32 values written
+    assert [r["layer"] for r in rows] == list(range(len(HOSTILE))) and {r["version"] for r in rows} == {3}
+    assert {r["kind"] for r in rows} == {"c"}
+
+
+def test_fill_inserts_what_upsert_would_write():
+    store, client = _store(insert_batch=3)
+    vecs = np.random.default_rng(0).standard_normal((len(HOSTILE), 5)).astype(np.float32)
+    store.fill("c", HOSTILE, vecs, version=1)
+    assert not [c for c in client.calls if c[0] == "upsert"]
+    rows = {r["item_id"]: r for b in _sent(client, "insert") for r in b}
+    assert set(rows) == set(HOSTILE) and all(len(b) <= 3 for b in _sent(client, "insert"))
+    assert np.array_equal(np.asarray([rows[i]["vec"] for i in HOSTILE], np.float32), vecs)
+
+
+def test_batches_end_at_the_row_count_or_the_request_size():
+    assert batches([1] * 5, 4, max_rows=2) == [(0, 2), (2, 4), (4, 5)]
+    big = REQUEST_BYTES // 2
+    assert batches([10, big, big, 10], 4, max_rows=100) == [(0, 2), (2, 4)]
+    assert batches([REQUEST_BYTES * 2], 4, max_rows=100) == [(0, 1)]  # one row over the bound still goes
+    assert batches([], 4, max_rows=100) == []
+
+
+def test_a_failed_write_raises_the_servers_status():
+    store, client = _store()
+
+    def refuse(request, timeout=None, metadata=None):
+        return milvus_pb2.MutationResult(status=common_pb2.Status(code=1100, reason="collection not found"))
+
+    store._rows._stub.Upsert = refuse
+    with pytest.raises(StoreError, match="upsert failed: .*collection not found"):
+        store.upsert("c", ["a"], np.ones((1, 2), np.float32), version=1)
 
 
 def test_delete_and_fetch_go_by_integer_keys_only():
@@ -139,7 +215,7 @@ def test_a_key_collision_on_fetch_is_refused(monkeypatch):
 def test_a_repeated_id_keeps_its_last_vector():
     store, client = _store()
     store.upsert("c", ["a", "b", "a"], np.asarray([[1, 0], [0, 1], [2, 2]], np.float32), version=1)
-    [batch] = [args[1] for name, args, _ in client.calls if name == "upsert"]
+    [batch] = _sent(client)
     assert len(batch) == 2 and client.rows[id_key("a")]["vec"] == [2.0, 2.0]
 
 
@@ -228,16 +304,17 @@ def test_a_permanent_error_quoting_connection_words_is_a_store_error_not_unavail
     def fail(*args, **kwargs):
         raise MilvusException(65535, "invalid id 'connection closed: timeout'")
 
-    client.upsert = fail
+    store._rows._stub.Upsert = fail
     with pytest.raises(StoreError) as err:
         store.upsert("c", ["connection closed: timeout"], np.ones((1, 2), np.float32), version=1)
     assert not isinstance(err.value, StoreUnavailable)
 
-    def gone(*args, **kwargs):
-        raise MilvusException(
-            2, "Fail connecting to server on 127.0.0.1:1, illegal connection params or server unavailable")
+    def gone(*args, **kwargs):  # what the writes' own channel raises when the server is down
+        import grpc
 
-    client.upsert = gone
+        raise _rpc_error(grpc.StatusCode.UNAVAILABLE)
+
+    store._rows._stub.Upsert = gone
     with pytest.raises(StoreUnavailable):
         store.upsert("c", ["a"], np.ones((1, 2), np.float32), version=1)
 

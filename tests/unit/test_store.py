@@ -1,6 +1,7 @@
 """The segmented version store: versions share segments, deltas shadow older rows, GC and compaction."""
 
 import multiprocessing as mp
+import os
 
 import numpy as np
 import pytest
@@ -156,6 +157,38 @@ def test_gc_removes_old_versions_and_only_unreferenced_segments(tmp_path):
     assert sorted(p.name.split(".")[0] for p in (tmp_path / "segments" / "documents").iterdir()) == ["000005-0"] * 2
     assert reader.value("b", "title") == "title b"  # its mapping outlives the files
     assert sorted(store.open().table(DOCUMENTS).ids()) == ["fresh"]
+
+
+def _die_while_writing(index_dir: str) -> None:
+    """A build that records its collections and dies (no cleanup runs) before it commits."""
+    store = IndexStore(index_dir)
+    with store.begin() as w:
+        store.record_collections(w.version, [store.collection(w.version, "chunks")])
+        store.record_collections(w.version, [store.collection(w.version, "entities")])  # a second record adds
+        os._exit(0)
+
+
+def test_gc_hands_back_the_collections_of_builds_that_never_committed(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    v1 = _commit(store, replace=_docs("a"))
+    proc = mp.get_context("spawn").Process(target=_die_while_writing, args=(str(tmp_path),))
+    proc.start()
+    proc.join()
+    dead = v1 + 1
+    with store.begin() as live:  # a writer still at work: its recorded collections stay
+        store.record_collections(live.version, [store.collection(live.version, "chunks")])
+        result = store.gc(keep=1, grace_s=0.0)
+        assert result.collections == {store.collection(dead, "chunks"), store.collection(dead, "entities")}
+        assert result.orphaned == [dead] and result.versions == []
+        assert store.gc(keep=1, grace_s=0.0).orphaned == [dead]  # kept until the caller dropped them
+        store.forget_collections(result.orphaned)
+        assert store.gc(keep=1, grace_s=0.0).collections == set()
+        live.commit(Manifest(dims=DIMS, collections={"chunks": store.collection(live.version, "chunks")}))
+    # Published: the manifest names its collections, so gc removes the record and hands back nothing.
+    assert (tmp_path / "versions" / f".collections-{live.version}.json").is_file()
+    result = store.gc(keep=2, grace_s=0.0)
+    assert result.collections == set() and result.orphaned == []
+    assert not list((tmp_path / "versions").glob(".collections-*"))
 
 
 def test_compaction_keeps_the_rows_and_the_deletions(tmp_path):

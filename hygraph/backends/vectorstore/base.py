@@ -28,6 +28,11 @@ class VectorStore(Protocol):
     def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
                layers: Sequence[int] | None = None) -> None: ...
 
+    def fill(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
+             layers: Sequence[int] | None = None) -> None:
+        """Write the rows of a collection `create` just made (an upsert that need not replace older rows)."""
+        ...
+
     def delete(self, name: str, ids: Sequence[str]) -> None: ...
 
     def persist(self, *names: str) -> None:

@@ -85,6 +85,10 @@ class FaissStore:
         else:
             col["index"] = None
 
+    def fill(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
+             layers: Sequence[int] | None = None) -> None:
+        self.upsert(name, ids, vectors, version, layers)
+
     def delete(self, name: str, ids: Sequence[str]) -> None:
         col = self._load(name)
         gone = set(ids)

@@ -21,6 +21,7 @@ import grpc
 import numpy as np
 
 from hygraph.backends.vectorstore.base import Hit, Metric
+from hygraph.backends.vectorstore.milvus_rows import RowWriter
 from hygraph.config import VectorStoreConfig
 from hygraph.errors import StoreError, StoreUnavailable
 
@@ -36,6 +37,9 @@ KEY_BATCH = 1000
 # that never wrote reads at "eventually", and right after a server restart that misses rows the
 # query node has not yet replayed from its log.)
 CONSISTENCY = "Bounded"
+# A write request's deadline: generous (a 16 MiB request on a loaded machine), but a wedged server
+# fails the write instead of hanging it.
+WRITE_TIMEOUT_S = 300.0
 FIELDS = ("pk", "item_id", "vec", "kind", "layer", "version")
 # pymilvus logs a traceback for every failed call; hygraph maps those errors to its own one-line
 # messages, so its logger only speaks for what we do not handle. (Importing pymilvus configures its
@@ -103,6 +107,8 @@ class MilvusStore:
         self._id_limits: dict[str, int] = {}  # item_id's max_length per collection, once created or opened
         self._opened: set[str] = set()  # collections this client has loaded
         self._version: str | None = None
+        self._token, self._grpc_options = token, dict(grpc_options or {})
+        self._rows: RowWriter | None = None  # the array-encoded writes' own channel, opened at the first write
         self.missing_hint = ""  # appended where a collection is missing (set by `connect`)
         try:
             self.client = MilvusClient(uri=uri, token=token, timeout=cfg.connect_timeout_s,
@@ -154,6 +160,15 @@ class MilvusStore:
 
     def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
                layers: Sequence[int] | None = None) -> None:
+        self._write(name, ids, vectors, version, layers, insert=False)
+
+    def fill(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
+             layers: Sequence[int] | None = None) -> None:
+        """Insert into a collection `create` just made: no upsert's delete of an older row per key."""
+        self._write(name, ids, vectors, version, layers, insert=True)
+
+    def _write(self, name: str, ids: Sequence[str], vectors: np.ndarray, version: int,
+               layers: Sequence[int] | None, insert: bool) -> None:
         kind = name.rsplit("_", 1)[-1][:16]
         vecs = np.asarray(vectors, dtype=np.float32)
         if len(vecs) != len(ids) or (layers is not None and len(layers) != len(ids)):
@@ -174,13 +189,15 @@ class MilvusStore:
             if j is not None and ids[j] != item_id:
                 raise StoreError(f"{name}: ids {short(ids[j])} and {short(item_id)} have the same key {key}")
             rows[key] = i
-        order = list(rows.items())
-        step = self.cfg.insert_batch
-        for start in range(0, len(order), step):
-            batch = [{"pk": key, "item_id": ids[i], "vec": vecs[i].tolist(), "kind": kind,
-                      "layer": int(layers[i]) if layers is not None else 0, "version": int(version)}
-                     for key, i in order[start:start + step]]
-            self._call("upsert", self.client.upsert, name, batch)
+        if not rows:
+            return
+        keys = list(rows)
+        picked = np.fromiter(rows.values(), dtype=np.int64, count=len(rows))
+        if self._rows is None:
+            self._rows = RowWriter(self.uri, self._token, self._grpc_options, WRITE_TIMEOUT_S)
+        self._call("insert" if insert else "upsert", self._rows.write, name, keys, [ids[i] for i in picked],
+                   vecs[picked], kind, [int(layers[i]) for i in picked] if layers is not None else [0] * len(keys),
+                   int(version), self.cfg.insert_batch, insert)
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
         keys = sorted({id_key(i) for i in ids})
@@ -310,6 +327,8 @@ class MilvusStore:
 
     def close(self) -> None:
         try:
+            if self._rows is not None:
+                self._rows.close()
             self.client.close()
         finally:
             self._close_server()

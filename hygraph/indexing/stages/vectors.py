@@ -8,6 +8,7 @@ upserts, and the ids the new version no longer has are retired after it is publi
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
@@ -96,22 +97,42 @@ def update(state: IndexState, embedder: "Embedder", kc: KnowledgeChange, delta: 
 
 
 class CollectionWriter:
-    """A build's collections: created, filled and sealed one per kind; dropped together if the build fails."""
+    """A build's collections, one per kind. Their names are recorded in the index directory before any
+    is created, so a build that never commits (a crash, a kill) leaves nothing `hygraph gc` or the
+    next build does not drop. Then every kind is created, filled and sealed side by side: while the
+    server builds one collection's index, this process encodes the next one's rows. A failed build
+    drops them together (`drop_all`)."""
 
     def __init__(self, vs: VectorStore, store: IndexStore, generation: int) -> None:
         self.vs, self.store, self.generation = vs, store, generation
         self.collections: dict[str, str] = {}
+        self._pending: list[tuple[str, list[str], np.ndarray, str, list[int] | None]] = []
 
-    def write(self, kind: str, ids: list[str], vectors: np.ndarray, metric: str = "IP",
-              layers: list[int] | None = None) -> None:
-        if not ids:
+    def add(self, kind: str, ids: list[str], vectors: np.ndarray, metric: str = "IP",
+            layers: list[int] | None = None) -> None:
+        """Queue one kind's rows for `write`; a kind without rows gets no collection."""
+        if ids:
+            self._pending.append((kind, ids, vectors, metric, layers))
+
+    def write(self) -> None:
+        names = {kind: self.store.collection(self.generation, kind) for kind, *_ in self._pending}
+        self.store.record_collections(self.generation, names.values())
+        self.collections.update(names)
+        pending, self._pending = self._pending, []
+        if not pending:
             return
-        name = self.store.collection(self.generation, kind)
+        with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="collection") as pool:
+            for done in [pool.submit(self._write_one, names[kind], ids, vecs, metric, layers)
+                         for kind, ids, vecs, metric, layers in pending]:
+                done.result()
+
+    def _write_one(self, name: str, ids: list[str], vectors: np.ndarray, metric: str,
+                   layers: list[int] | None) -> None:
         self.vs.create(name, int(vectors.shape[1]), metric)  # type: ignore[arg-type]
-        self.collections[kind] = name
-        self.vs.upsert(name, ids, vectors, self.generation, layers)
+        self.vs.fill(name, ids, vectors, self.generation, layers)
         self.vs.seal(name)
 
     def drop_all(self) -> None:
         for name in self.collections.values():
             self.vs.drop(name)
+        self.store.forget_collections([self.generation])
