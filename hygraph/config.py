@@ -204,9 +204,10 @@ class UpdatesConfig(Section):
     summary_slice_nodes: int = Field(32, ge=1)
     # New chunks one version applies: a larger document is published in slices of this many chunks (its job
     # reads `running` until the last lands), taking turns with the jobs behind it, which then wait for one
-    # slice instead of the whole document (a 1 MiB text is ~230 chunks). A 1,200-token chunk of prose brings
-    # ~200 entity, relation and fact texts to embed: about a second of CPU per chunk here.
-    slice_chunks: int = Field(4, ge=1)
+    # slice instead of the whole document (a 1 MiB text is ~230 chunks). A 1,200-token chunk of Wikipedia-like
+    # text brings ~200 entity, relation and fact texts to embed: 1-2 s of CPU per chunk on two cores, so a
+    # one-line insert behind a large document waits ~2-4 s for a slice of 2 (9 s measured with slices of 4).
+    slice_chunks: int = Field(2, ge=1)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
     # Compaction (when the journal is idle): an artifact's delta segments are merged into one past this
     # many, and everything into one segment once its oldest (merged) delta outweighs this share of the base.
