@@ -70,7 +70,8 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
             _say(f"writes (POST /v1/documents, DELETE /v1/documents/ID) need "
                  f"-H \"Authorization: Bearer {_key_hint(cfg)}\"")
         _say("Ctrl-C stops the service")
-        _watch(stop, "127.0.0.1" if host in ("0.0.0.0", "::") else host, port, cfg.serve.ray_lost_after_s)
+        _watch(stop, "127.0.0.1" if host in ("0.0.0.0", "::") else host, port, cfg.serve.ray_lost_after_s,
+               _local_ray_processes())
         _say("stopping")
     except RayLost:
         lost = True
@@ -102,13 +103,17 @@ RAY_SHUTDOWN_S = 20.0
 PROBE_EVERY_S = 1.0
 
 
-def _watch(stop: threading.Event, host: str, port: int, lost_after_s: float) -> None:
-    """Block until `stop`; raise RayLost once Serve's HTTP proxy has refused connections for `lost_after_s`.
-    The proxy is an actor on this node, so it goes when the node's raylet does (and the raylet when the GCS
-    does). Only the TCP handshake is probed: a proxy busy with requests still accepts it, so load alone
-    never reads as a lost node."""
+def _watch(stop: threading.Event, host: str, port: int, lost_after_s: float, ray: dict[int, str]) -> None:
+    """Block until `stop`; raise RayLost when a process of the local Ray this process started (`ray`: pid ->
+    name; its raylet and GCS) has died, or once Serve's HTTP proxy has refused connections for
+    `lost_after_s` (a joined cluster's node). A dead raylet must be watched itself: its workers, the proxy
+    among them, keep answering for a while without it. Only the proxy's TCP handshake is probed: a proxy
+    busy with requests still accepts it, so load alone never reads as a lost node."""
     last_ok = time.monotonic()
     while not stop.wait(PROBE_EVERY_S):
+        dead = [f"{name} (pid {pid})" for pid, name in ray.items() if not _alive(pid)]
+        if dead:
+            raise RayLost(f"serve: Ray's {', '.join(dead)} died: this node's Ray is gone")
         try:
             socket.create_connection((host, port), timeout=PROBE_EVERY_S).close()
             last_ok = time.monotonic()
@@ -116,6 +121,35 @@ def _watch(stop: threading.Event, host: str, port: int, lost_after_s: float) -> 
             if time.monotonic() - last_ok >= lost_after_s:
                 raise RayLost(f"serve: Ray's HTTP proxy on {host}:{port} stopped answering {lost_after_s:.0f} s "
                               "ago: this node's Ray is gone") from None
+
+
+def _local_ray_processes() -> dict[int, str]:
+    """The raylet and GCS server this process started (a local Ray), from /proc; empty elsewhere."""
+    me, out = os.getpid(), {}
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return out
+    for pid in entries:
+        stat = _stat(int(pid))
+        if stat is not None and stat[1] == me and stat[0] in ("raylet", "gcs_server"):
+            out[int(pid)] = stat[0]
+    return out
+
+
+def _stat(pid: int) -> tuple[str, int, str] | None:
+    """(name, parent pid, state) of a process, from /proc/<pid>/stat; None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+    return name, int(rest[1]), rest[0]
+
+
+def _alive(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[2] not in ("Z", "X")  # a killed child stays a zombie until reaped
 
 
 def _shutdown_within(fn: Callable[[], None], seconds: float) -> None:

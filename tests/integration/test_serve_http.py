@@ -164,7 +164,10 @@ def test_writes_need_the_key_are_journaled_and_applied_under_query_load(server):
     assert [(l["job_id"], l["op"]) for l in lines[-2:]] == \
         [(accepted["job_id"], "insert"), (deleted["job_id"], "delete")]
     with pytest.raises(ApiError) as err:
-        server["client"].job("no-such-job")
+        server["client"].job(accepted["job_id"])
+    assert err.value.status == 401  # job status needs a key whenever keys are configured
+    with Client(server["url"], api_key=KEY) as authed, pytest.raises(ApiError) as err:
+        authed.job("no-such-job")
     assert err.value.status == 404
 
 
