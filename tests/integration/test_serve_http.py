@@ -305,6 +305,10 @@ def test_a_killed_raylet_is_restarted_and_every_acknowledged_document_is_applied
     before the kill, once."""
     doc = {"id": "raylet-survivor", "title": "Quillmarsh Tenebrae",
            "text": "Quillmarsh Tenebrae is a lighthouse that outlived the raylet of the service indexing it."}
+    deadline = time.monotonic() + 120
+    while "Ctrl-C stops the service" not in server["log"].read_text():  # the service watches its Ray from here
+        assert time.monotonic() < deadline, server["log"].read_text()[-3000:]
+        time.sleep(0.5)
     supervisor = psutil.Process(server["proc"].pid)
     [raylet] = [p for p in supervisor.children(recursive=True) if p.name() == "raylet"]
     with Client(server["url"], api_key=KEY) as authed:
