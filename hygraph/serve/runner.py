@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -45,6 +46,8 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
     ensure_port_free(host, port, "serve.port (--port)")
     store = vectorstore.connect(cfg.vector_store, index_dir)
     try:
+        if not ray_cfg.address:
+            _adopt_orphans()
         _say("starting Ray" if not ray_cfg.address else f"joining Ray at {ray_cfg.address}")
         init_ray(ray_cfg, metrics_port=cfg.serve.metrics_port, log_to_driver=True)
         ensure_demo_index(cfg, index_dir)
@@ -83,6 +86,7 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
     finally:
         if lost:
             _shutdown_within(ray.shutdown, RAY_SHUTDOWN_S)  # the controller and updater died with their node
+            _kill_ray_orphans()
         elif ray.is_initialized():
             try:
                 stop_updater(index_dir)
@@ -150,6 +154,37 @@ def _stat(pid: int) -> tuple[str, int, str] | None:
 def _alive(pid: int) -> bool:
     stat = _stat(pid)
     return stat is not None and stat[2] not in ("Z", "X")  # a killed child stays a zombie until reaped
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _adopt_orphans() -> None:
+    """Become the subreaper of what this process starts (Linux): when the local raylet dies, its workers
+    (Serve's proxy among them, still holding the HTTP port) are re-parented here instead of to init, so
+    `_kill_ray_orphans` can end them before the supervisor starts the service again on the same port."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    except (OSError, AttributeError):
+        pass  # not Linux: a dead raylet's workers are left to the OS, as before
+
+
+def _kill_ray_orphans() -> None:
+    """SIGKILL this process's children that are Ray's (workers re-parented here after their raylet died)."""
+    me = os.getpid()
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        stat = _stat(int(entry.name))
+        try:
+            cmdline = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if stat is not None and stat[1] == me and (cmdline.startswith(b"ray::") or b"/ray/" in cmdline):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                pass  # already gone
 
 
 def _shutdown_within(fn: Callable[[], None], seconds: float) -> None:
