@@ -158,6 +158,9 @@ class Applier:
                    for cid in state.require(DOCUMENTS, d).chunks]
         new_docs = list(batch.add.values())
         chunks = ingest.chunk(self.cfg, new_docs)
+        # Whole short documents first: one batched with a large document is not held up by its slices.
+        sizes = {d.id: sum(c.doc_id == d.id for c in chunks) for d in new_docs}
+        chunks.sort(key=lambda c: sizes[c.doc_id])  # stable: documents and ordinals keep their order
         now = chunks[:self.cfg.updates.slice_chunks]
         # A document removed or written again drops its unfinished slices; one cut by the budget adds them.
         m = state.manifest

@@ -112,27 +112,28 @@ def test_a_one_line_insert_behind_a_large_document_waits_for_one_slice(built_ind
     updater, engine = live
     slice_chunks = updater.cfg.updates.slice_chunks
     big = Document("slices-big", _text("tiny_sentences", 40_000 * slice_chunks // 4, 7), "Big")
-    n_chunks = len(ingest.chunk(updater.cfg, [big]))
-    assert n_chunks > 2 * slice_chunks
+    assert len(ingest.chunk(updater.cfg, [big])) > 2 * slice_chunks
     journal = Journal(index_dir)
     big_job = journal.append("insert", {"documents": [{"id": big.id, "title": big.title, "text": big.text}]})
+    first = updater.write_step(defer_summaries=True)
+    assert first["kind"] == "applied" and first["chunks_added"] == slice_chunks
+    assert _status(index_dir, big_job) == "running"
+    # A one-line insert arriving while the large document is applied waits for one slice, then its batch.
     small = Document("slices-small", "Kestrel Quayside is a one-line document.", "Small")
     small_job = journal.append("insert", {"documents": [{"id": small.id, "title": small.title, "text": small.text}]})
-    kinds = []
-    while (result := updater.write_step(defer_summaries=True)) is not None:
-        kinds.append(result["kind"])
-        if len(kinds) == 1:  # the big document's first slice
-            assert result["chunks_added"] == slice_chunks
-            assert _status(index_dir, big_job) == "running" and _status(index_dir, small_job) == "queued"
-        if _status(index_dir, small_job) == "done":
-            break
-    # The small job came right after one slice of the big document; the big one still has slices to go.
-    assert kinds == ["applied", "applied"]
-    assert _status(index_dir, big_job) == "running"
+    kinds = [updater.write_step(defer_summaries=True)["kind"] for _ in range(2)]
+    assert kinds == ["sliced", "applied"]
+    assert _status(index_dir, small_job) == "done" and _status(index_dir, big_job) == "running"
     _assert_retrievable(engine, small)
+    # A short document batched with a large one is applied whole first, and both end complete.
+    other = Document("slices-short", "Marrowgate Fen is a short document.", "Short")
+    again = Document("slices-big-2", big.text, "Big again")
+    both = journal.append("insert", {"documents": [{"id": d.id, "title": d.title, "text": d.text}
+                                                   for d in (again, other)]})
     updater.run_until_idle()
-    assert _status(index_dir, big_job) == "done"
-    _assert_retrievable(engine, big)
+    assert _status(index_dir, big_job) == "done" and _status(index_dir, both) == "done"
+    for doc in (big, again, other):
+        _assert_retrievable(engine, doc)
 
 
 def test_a_document_deleted_or_rewritten_between_its_slices_ends_as_the_last_write_says(built_index, live):
