@@ -90,6 +90,9 @@ def ensure_port_free(host: str, port: int, setting: str) -> None:
     """Fail at once, naming the setting, when `port` is taken: Ray's raylet would otherwise die later
     with an unrelated "GCS overloaded" timeout."""
     with socket.socket() as s:
+        # As the servers bind: a port whose last listener died leaves connections in TIME_WAIT, which
+        # must not read as taken (a restarted `hygraph serve` binds the port its dead proxy had).
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
