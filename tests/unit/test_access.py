@@ -112,3 +112,11 @@ def test_admin_keys_come_from_the_environment_too(tmp_path, monkeypatch):
     monkeypatch.setenv("HYGRAPH_ADMIN_KEYS", " k1 , ,k2")
     access = _access(tmp_path)
     assert access.principal("Bearer k2").kind == "admin" and access.configured()
+
+
+@pytest.mark.parametrize("name", ["../etc", "Team", "a/b", ""])
+def test_the_cli_refuses_a_bad_index_name_with_status_2(tmp_path, capsys, name):
+    from hygraph.cli import main
+
+    assert main(["query", "--index-dir", str(tmp_path), "--index", name, "q"]) == 2
+    assert "--index" in capsys.readouterr().err
