@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         if not cfg.ray.address and cfg.ray.loopback_only:
             request_loopback()  # before anything imports ray: a local Ray then listens on 127.0.0.1 only
-        if getattr(args, "index", None):
+        if getattr(args, "index", None) is not None:
             cfg = _named_index(cfg, args)
         if getattr(args, "index_dir", None) is not None and \
                 args.command not in ("index", "demo", "serve", "serve-config"):
