@@ -139,7 +139,12 @@ def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, A
     try:
         with store.begin() as w:
             writer = vectors.CollectionWriter(vs, store, w.version, keep_empty=True)
-            built.write_vectors(writer)
+            # Every kind the build makes, empty (an empty hierarchy has no embedding width of its own).
+            for kind in ("chunks", "entities", "relations", "hyperedges", "summaries"):
+                writer.add(kind, [], none)
+            if built.hyp is not None:
+                writer.add("hyperbolic", [], built.hyp.storage(), metric="L2")
+            writer.write()
             manifest = built.write_tables(w, cfg)
             manifest.generation, manifest.collections = w.version, writer.collections
             manifest.config_hash, manifest.journal_offset = cfg.index_hash(), 0

@@ -258,6 +258,15 @@ def _status(call) -> int:
     return 200
 
 
+def _stats_when_ready(client: Client) -> dict | None:
+    try:
+        return client.stats()
+    except ApiError as err:
+        if err.status != 503:
+            raise
+        return None
+
+
 def test_two_tenants_never_see_each_other_and_deleting_one_leaves_the_rest(server):
     """CONTRACT "Indexes and keys": two named indexes made empty by an admin key, grown by inserts with keys
     scoped to one each; every route of the other index answers such a key 404, exactly as an index that does
@@ -281,7 +290,11 @@ def test_two_tenants_never_see_each_other_and_deleting_one_leaves_the_rest(serve
     clients = {name: Client(url, api_key=keys[name], index=name) for name in docs}
     try:
         for name, client in clients.items():
-            assert client.stats()["documents"] == 0  # made empty
+            deadline = time.monotonic() + 180
+            while (stats := _stats_when_ready(client)) is None:  # its empty first version is being written
+                assert time.monotonic() < deadline, f"index {name} never got its first version"
+                time.sleep(1)
+            assert stats["documents"] == 0 and stats["index_version"] == 1  # made empty
             client.wait(client.add_documents([docs[name]])["job_id"], timeout_s=300)
         for name, client in clients.items():
             other = "team-b" if name == "team-a" else "team-a"

@@ -22,9 +22,10 @@ from hygraph.serve.routes import IndexName, caller, gateway
 from hygraph.store.registry import DEFAULT_INDEX, NAME_PATTERN, IndexExists
 
 router = APIRouter(tags=["indexes and keys"])
-# How long POST /v1/indexes waits for the new index's empty first version before answering (it answers 201
-# either way: until the version lands, queries to the index get 503 index_not_ready with Retry-After).
-READY_WAIT_S = 60.0
+# How long POST /v1/indexes waits for the new index's empty first version before answering, as a share of
+# the proxy's request timeout (it answers 201 either way: until the version lands, queries to the index
+# get 503 index_not_ready with Retry-After, and inserts are journaled as usual).
+READY_WAIT_SHARE = 0.5
 MAX_KEY_INDEXES = 1000
 
 
@@ -51,7 +52,7 @@ async def create_index(body: CreateIndex, who: Principal = Depends(caller), gw: 
         raise ApiError(409, "exists", str(exc)) from None
     gw.forget(body.name)
     await asyncio.to_thread(indexes.create, gw.tenant(body.name, who, "admin").cfg, path)
-    deadline = time.monotonic() + READY_WAIT_S
+    deadline = time.monotonic() + READY_WAIT_SHARE * gw.cfg.serve.request_timeout_s
     while time.monotonic() < deadline and (await asyncio.to_thread(gw.registry.info, body.name)).index_version == 0:
         await asyncio.sleep(0.25)
     return JSONResponse({"name": body.name, "created": int(time.time())}, status_code=201)
