@@ -478,6 +478,6 @@ def test_hyperbolic_needs_hyperbolic_embeddings() -> None:
 def test_hyperbolic_over_an_index_without_chunks_finds_nothing() -> None:
     view, search, _ = hyperbolic_fixture()
     view.hyper_neighbours = {}
-    ctx = run_hyperbolic(view, search, DIRECTIVES)
+    ctx, _ = run_hyperbolic(view, search, DIRECTIVES)
     assert ctx.passages == [] and ctx.chunks == []
     assert ctx.notes["implicit_subgraph"] == {"nodes": [], "edges": [], "root": "query"}
