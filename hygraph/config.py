@@ -245,6 +245,15 @@ class DeploymentConfig(Section):
     autoscaling: Optional[AutoscalingConfig] = None
 
 
+class QuotaConfig(Section):
+    """Limits per named index (the default index is the service's own and has none); None: unlimited.
+    Over a limit a request gets 429 with Retry-After."""
+
+    max_documents: Optional[int] = Field(None, ge=1)
+    max_bytes: Optional[int] = Field(None, ge=1)  # the index's files on disk (versions, segments, journal)
+    max_qps: Optional[float] = Field(None, gt=0)  # queries per second, per ingress replica
+
+
 class ServeConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -257,6 +266,7 @@ class ServeConfig(Section):
     admin_keys_env: str = "HYGRAPH_ADMIN_KEYS"
     # Named indexes whose loaded versions a Retriever replica keeps (least recently queried out first).
     max_loaded_indexes: int = Field(16, ge=1)
+    index_quota: QuotaConfig = QuotaConfig()
     max_body_bytes: int = Field(1_048_576, ge=1024)
     # Request headers beyond this are refused with 431 (Serve's proxy reads them whole first).
     max_header_bytes: int = Field(16_384, ge=1024)

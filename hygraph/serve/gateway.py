@@ -26,6 +26,7 @@ from hygraph.pipeline import QueryRequest, QueryResult, Retrieval
 from hygraph.serve.access import Access, Need, Principal, denied, not_found
 from hygraph.serve.http import ApiError
 from hygraph.serve.metrics import IngressMetrics
+from hygraph.serve.quotas import Quotas
 from hygraph.serve.tenants import Tenant
 from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
 
@@ -50,6 +51,7 @@ class Gateway:
         self._named_cfg = cfg.for_named_index(root)
         self._tenants: dict[str, Tenant] = {}
         self._tenants_lock = threading.Lock()
+        self.quotas = Quotas(cfg.serve.index_quota)  # named indexes only: the default index is the service's
 
     # -- indexes, and who may do what with them ------------------------------------------------
 
@@ -81,6 +83,8 @@ class Gateway:
         limit = self.cfg.serve.max_question_chars
         if len(question) > limit:
             raise ApiError(422, "invalid_field", f"question: {len(question)} characters exceeds the limit of {limit}")
+        if tenant.name != DEFAULT_INDEX:
+            self.quotas.admit_query(tenant.name)
         return QueryRequest.make(self.cfg.retrieval, question, mode, k, max(min_version or 0, tenant.floor),
                                  index=tenant.name)
 
@@ -153,6 +157,12 @@ class Gateway:
         except ValueError:
             raise ApiError(503, "updater_unavailable", "the index's OnlineUpdater is not running",
                            {"Retry-After": "5"}) from None
+
+    async def admit_insert(self, tenant: Tenant, documents: int) -> None:
+        """429 when the insert would take a named index past its documents or bytes quota."""
+        if tenant.name != DEFAULT_INDEX:
+            await asyncio.to_thread(self.quotas.admit_insert, tenant.name, documents,
+                                    lambda: self.registry.info(tenant.name))
 
     async def ensure_updater(self, tenant: Tenant) -> None:
         """A named index's updater runs after a write (started when absent, at most every UPDATER_CHECK_S): the

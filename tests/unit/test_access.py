@@ -120,3 +120,33 @@ def test_the_cli_refuses_a_bad_index_name_with_status_2(tmp_path, capsys, name):
 
     assert main(["query", "--index-dir", str(tmp_path), "--index", name, "q"]) == 2
     assert "--index" in capsys.readouterr().err
+
+
+def test_a_query_quota_refills_at_its_rate(monkeypatch):
+    from hygraph.config import QuotaConfig
+    from hygraph.serve import quotas as q
+
+    clock = [100.0]
+    monkeypatch.setattr(q.time, "monotonic", lambda: clock[0])
+    quotas = q.Quotas(QuotaConfig(max_qps=2))
+    quotas.admit_query("a")
+    quotas.admit_query("a")
+    with pytest.raises(ApiError) as err:
+        quotas.admit_query("a")
+    assert err.value.status == 429 and err.value.headers["Retry-After"] == "1"
+    quotas.admit_query("b")  # another index has its own bucket
+    clock[0] += 0.5
+    quotas.admit_query("a")
+
+
+def test_insert_quotas_count_documents_and_bytes():
+    from hygraph.config import QuotaConfig
+    from hygraph.serve.quotas import Quotas
+    from hygraph.store.registry import IndexInfo
+
+    quotas = Quotas(QuotaConfig(max_documents=10, max_bytes=1000))
+    quotas.admit_insert("a", 2, lambda: IndexInfo("a", 8, 3, 10))
+    with pytest.raises(ApiError, match="documents"):
+        quotas.admit_insert("a", 3, lambda: IndexInfo("a", 8, 3, 10))
+    with pytest.raises(ApiError, match="bytes"):
+        quotas.admit_insert("b", 1, lambda: IndexInfo("b", 0, 1, 1000))

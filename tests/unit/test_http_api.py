@@ -52,6 +52,9 @@ class StubGateway:
     async def ensure_updater(self, tenant: Any) -> None:
         return None
 
+    async def admit_insert(self, tenant: Any, documents: int) -> None:
+        return None
+
     def _append(self, op: str, payload: dict) -> Any:
         self.appended.append((op, payload))
         return SimpleNamespace(job_id="a" * 32)

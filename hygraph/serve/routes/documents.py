@@ -80,6 +80,7 @@ async def add_documents(body: DocumentsRequest, ix: Tenant = Depends(writer), gw
     if len(body.documents) > limit:
         raise ApiError(413, "too_large", f"documents: {len(body.documents)} exceeds the limit of {limit} per request")
     docs = [Document.make(d.text, id=d.id, title=d.title, metadata=d.metadata) for d in body.documents]
+    await gw.admit_insert(ix, len(docs))
     payload = {"documents": [{"id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata} for d in docs]}
     job = await asyncio.to_thread(ix.journal.append, "insert", payload)
     gw.metrics.ingest.inc(tags={"op": "insert"})
