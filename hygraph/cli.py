@@ -184,6 +184,9 @@ def cmd_serve_config(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, 
     return {"out": args.out, "applications": [a["name"] for a in doc["applications"]]}
 
 
+INDEX_HELP = "a named index of the service whose default index is --index-dir (POST /v1/indexes)"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hygraph", description="Graph-RAG indexing and serving on Ray.")
     p.add_argument("--config", default=None, help="YAML config (default: configs/local.yaml)")
@@ -195,6 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("index", parents=[config_after], help="build a new index version from a JSONL corpus")
     s.add_argument("--corpus", required=True)
     s.add_argument("--index-dir", required=True)
+    s.add_argument("--index", default=None, metavar="NAME", help=INDEX_HELP)
     s.add_argument("--triples", default=None,
                    help="precomputed OpenIE triples ({passage_id, triples, entities} per line) instead of extraction")
     s.add_argument("--kg", default=None, help="an existing knowledge graph: [head, relation, tail] per line")
@@ -204,6 +208,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("query", parents=[config_after], help="answer one question")
     s.add_argument("--index-dir", required=True)
+    s.add_argument("--index", default=None, metavar="NAME", help=INDEX_HELP)
     s.add_argument("--mode", default=None, choices=MODES, help="default: retrieval.mode of the config (hybrid)")
     s.add_argument("--k", type=_positive, default=None)
     s.add_argument("question")
@@ -211,6 +216,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("eval", parents=[config_after], help="retrieval and answer quality per mode")
     s.add_argument("--index-dir", required=True)
+    s.add_argument("--index", default=None, metavar="NAME", help=INDEX_HELP)
     s.add_argument("--questions", required=True)
     s.add_argument("--modes", type=_modes, default="dense", help=f"comma-separated, of {', '.join(MODES)}")
     s.add_argument("--k", type=_positive, default=5)
@@ -227,12 +233,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="add documents to an index without a rebuild (journaled; applied here, or by the "
                        "running server's updater)")
     s.add_argument("--index-dir", required=True)
+    s.add_argument("--index", default=None, metavar="NAME", help=INDEX_HELP)
     s.add_argument("--corpus", required=True, help="JSONL documents; an existing id with new text replaces it")
     s.set_defaults(run=cmd_insert)
 
     s = sub.add_parser("delete", parents=[config_after],
                        help="remove documents and everything derived only from them")
     s.add_argument("--index-dir", required=True)
+    s.add_argument("--index", default=None, metavar="NAME", help=INDEX_HELP)
     s.add_argument("--ids", required=True, help="comma-separated document ids")
     s.set_defaults(run=cmd_delete)
 
@@ -240,6 +248,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="remove old index versions (updates.keep_versions, updates.gc_grace_s), unreferenced "
                        "segments, and the vector collections of those versions and of builds that never committed")
     s.add_argument("--index-dir", required=True)
+    s.add_argument("--index", default=None, metavar="NAME", help=INDEX_HELP)
     s.set_defaults(run=cmd_gc)
 
     s = sub.add_parser("demo", parents=[config_after],
@@ -268,6 +277,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _named_index(cfg: HygraphConfig, args: argparse.Namespace) -> HygraphConfig:
+    """`--index NAME`: the named index NAME of the service whose root (default index) is `--index-dir`, with the
+    config it is served with (the service's vector store server); `hygraph index` makes it when it is new."""
+    from hygraph.store.registry import IndexExists, IndexRegistry, check_name
+
+    registry = IndexRegistry(args.index_dir)
+    name = check_name(args.index, "--index")
+    if args.command == "index" and not registry.exists(name):
+        try:
+            registry.reserve(name)
+        except IndexExists:
+            pass  # made meanwhile by the service: built into all the same
+    named = cfg.for_named_index(args.index_dir)
+    args.index_dir = str(registry.path(name))
+    return named
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command; `argv` None means this process is the command (its own command line): then stdout
     and stderr are closed after its last line."""
@@ -289,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         if not cfg.ray.address and cfg.ray.loopback_only:
             request_loopback()  # before anything imports ray: a local Ray then listens on 127.0.0.1 only
+        if getattr(args, "index", None) is not None:
+            cfg = _named_index(cfg, args)
         if getattr(args, "index_dir", None) is not None and \
                 args.command not in ("index", "demo", "serve", "serve-config"):
             if not Path(args.index_dir).is_dir():

@@ -21,14 +21,21 @@ class ApiError(Exception):
 
 
 class Client:
-    """Read-your-writes: once `job()` has reported a job `done` at index version V, every later
+    """One index of a hygraph service: the default one, or `index` (a named index, `/v1/indexes/{index}/...`).
+
+    Read-your-writes: once `job()` has reported a job `done` at index version V, every later
     `query()` of this client asks for at least V (`min_index_version`), so it sees that write."""
 
     def __init__(self, url: str = "http://127.0.0.1:8000", api_key: str | None = None,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, index: str | None = None) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.index = index
         self.seen_version = 0
+
+    def _at(self, path: str) -> str:
+        """A data route (`/v1/query`) of this client's index."""
+        return path if self.index is None else f"/v1/indexes/{quote(self.index, safe='')}/{path.removeprefix('/v1/')}"
 
     def close(self) -> None:
         self._http.close()
@@ -40,13 +47,13 @@ class Client:
         self.close()
 
     def query(self, question: str, mode: str | None = None, top_k: int | None = None) -> dict[str, Any]:
-        return self._json("POST", "/v1/query", self._query_body(question, mode, top_k))
+        return self._json("POST", self._at("/v1/query"), self._query_body(question, mode, top_k))
 
     def query_stream(self, question: str, mode: str | None = None,
                      top_k: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event, data) pairs of the SSE stream: `token` events, then `done` (or `error`)."""
         body = {**self._query_body(question, mode, top_k), "stream": True}
-        with self._http.stream("POST", "/v1/query", json=body) as resp:
+        with self._http.stream("POST", self._at("/v1/query"), json=body) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 raise _error(resp)
@@ -62,15 +69,15 @@ class Client:
         for i, doc in enumerate(documents):
             if doc.get("id") is not None:
                 check_id(doc["id"], f"documents.{i}.id")
-        return self._json("POST", "/v1/documents", {"documents": list(documents)})
+        return self._json("POST", self._at("/v1/documents"), {"documents": list(documents)})
 
     def delete_document(self, doc_id: str) -> dict[str, Any]:
         """The id is checked by the same rule as on insert and percent-encoded whole (`/`, `?`, `#`)."""
         check_id(doc_id, "doc_id")
-        return self._json("DELETE", f"/v1/documents/{quote(doc_id, safe='')}")
+        return self._json("DELETE", self._at(f"/v1/documents/{quote(doc_id, safe='')}"))
 
     def job(self, job_id: str) -> dict[str, Any]:
-        out = self._json("GET", f"/v1/jobs/{quote(job_id, safe='')}")
+        out = self._json("GET", self._at(f"/v1/jobs/{quote(job_id, safe='')}"))
         if out.get("status") == "done" and out.get("index_version") is not None:
             self.seen_version = max(self.seen_version, int(out["index_version"]))
         return out
@@ -89,17 +96,41 @@ class Client:
     def documents(self, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
         """One page of the documents in id order; pass its `next_cursor` for the next (None: the last page)."""
         params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor is not None else {})}
-        return self._json("GET", f"/v1/documents?{httpx.QueryParams(params)}")
+        return self._json("GET", self._at(f"/v1/documents?{httpx.QueryParams(params)}"))
 
     def document(self, doc_id: str) -> dict[str, Any]:
         check_id(doc_id, "doc_id")
-        return self._json("GET", f"/v1/documents/{quote(doc_id, safe='')}")
+        return self._json("GET", self._at(f"/v1/documents/{quote(doc_id, safe='')}"))
 
     def stats(self) -> dict[str, Any]:
-        return self._json("GET", "/v1/stats")
+        return self._json("GET", self._at("/v1/stats"))
 
     def models(self) -> list[str]:
         return [m["id"] for m in self._json("GET", "/v1/models")["data"]]
+
+    # -- indexes and keys (admin routes need an admin key) ----------------------------------------
+
+    def create_index(self, name: str) -> dict[str, Any]:
+        return self._json("POST", "/v1/indexes", {"name": name})
+
+    def indexes(self) -> list[dict[str, Any]]:
+        """The indexes this key may read: [{"name", "documents", "index_version"}]."""
+        return self._json("GET", "/v1/indexes")["indexes"]
+
+    def index_info(self, name: str) -> dict[str, Any]:
+        return self._json("GET", f"/v1/indexes/{quote(name, safe='')}")
+
+    def delete_index(self, name: str) -> dict[str, Any]:
+        return self._json("DELETE", f"/v1/indexes/{quote(name, safe='')}")
+
+    def create_key(self, rights: dict[str, list[str]], name: str = "") -> dict[str, Any]:
+        """A key with these rights per index (`{"team-a": ["read", "write"]}`): {"key", "key_id"}, shown once."""
+        return self._json("POST", "/v1/keys", {"rights": rights, "name": name})
+
+    def delete_key(self, key_id: str) -> None:
+        resp = self._http.request("DELETE", f"/v1/keys/{quote(key_id, safe='')}")
+        if resp.status_code >= 400:
+            raise _error(resp)
 
     def ready(self) -> bool:
         """Whether a hygraph service answers ready here; another service on the port is not ready."""

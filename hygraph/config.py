@@ -87,6 +87,9 @@ class VectorStoreConfig(Section):
     # whose clients were all killed without leaving).
     server_watch_s: float = Field(10.0, gt=0)
     server_cache_dir: str = ""  # where the embedded server's binaries are unpacked once; "": ~/.cache/hygraph
+    # The managed server's data directory; "": `milvus/` in the index directory. The named indexes of a
+    # service share its default index's server (`HygraphConfig.for_named_index`).
+    server_dir: str = ""
     # The embedded server's network isolation. "netns": run it in a private network namespace
     # (`unshare -rn`, unprivileged user namespaces) where none of its sockets is reachable from
     # outside, with the proxy relayed from 127.0.0.1; refuse to start where that is unavailable.
@@ -242,12 +245,28 @@ class DeploymentConfig(Section):
     autoscaling: Optional[AutoscalingConfig] = None
 
 
+class QuotaConfig(Section):
+    """Limits per named index (the default index is the service's own and has none); None: unlimited.
+    Over a limit a request gets 429 with Retry-After."""
+
+    max_documents: Optional[int] = Field(None, ge=1)
+    max_bytes: Optional[int] = Field(None, ge=1)  # the index's files on disk (versions, segments, journal)
+    max_qps: Optional[float] = Field(None, gt=0)  # queries per second, per ingress replica
+
+
 class ServeConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     api_keys: list[str] = []
     api_keys_env: str = "HYGRAPH_API_KEYS"  # comma-separated keys, added to `api_keys`
     require_key_for_reads: bool = False
+    # Keys for the admin routes (create and delete indexes, make and revoke keys); with the environment
+    # variable's comma-separated keys added. Scoped keys are made through `POST /v1/keys`.
+    admin_keys: list[str] = []
+    admin_keys_env: str = "HYGRAPH_ADMIN_KEYS"
+    # Named indexes whose loaded versions a Retriever replica keeps (least recently queried out first).
+    max_loaded_indexes: int = Field(16, ge=1)
+    index_quota: QuotaConfig = QuotaConfig()
     max_body_bytes: int = Field(1_048_576, ge=1024)
     # Request headers beyond this are refused with 431 (Serve's proxy reads them whole first).
     max_header_bytes: int = Field(16_384, ge=1024)
@@ -301,6 +320,14 @@ class HygraphConfig(Section):
     indexing: IndexingConfig = IndexingConfig()
     updates: UpdatesConfig = UpdatesConfig()
     serve: ServeConfig = ServeConfig()
+
+    def for_named_index(self, service_root: str | Path) -> "HygraphConfig":
+        """This config for a named index of the service rooted at `service_root`: one managed vector store
+        server for all of the service's indexes (their collections are named after each index's uid)."""
+        if self.vector_store.server_dir:
+            return self
+        store = self.vector_store.model_copy(update={"server_dir": str(Path(service_root).resolve() / "milvus")})
+        return self.model_copy(update={"vector_store": store})
 
     def index_hash(self) -> str:
         """Hash of the settings that shape an index (not serving knobs), stored in manifests."""

@@ -31,16 +31,17 @@ class QueryRequest:
     k: int
     min_version: int = 0  # read-your-writes: answer from this index version or a newer one
     answer: bool = True  # False: retrieval only, no `answer` role call
+    index: str = "default"  # the service's index it asks (store/registry.py); "default": `--index-dir`
 
     @classmethod
     def make(cls, cfg: RetrievalConfig, question: str, mode: str | None = None, k: int | None = None,
-             min_version: int | None = None, answer: bool = True) -> "QueryRequest":
+             min_version: int | None = None, answer: bool = True, index: str = "default") -> "QueryRequest":
         """The request with the configured defaults; InputError naming the bad field."""
         check_nonblank_text(question, "question")
         mode = mode or cfg.mode
         if mode not in MODES:
             raise InputError(f"mode: unknown mode '{mode[:40]}' (one of {', '.join(MODES)})")
-        return cls(question, mode, k or cfg.top_k, min_version or 0, answer)
+        return cls(question, mode, k or cfg.top_k, min_version or 0, answer, index)
 
 
 @dataclass

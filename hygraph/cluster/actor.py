@@ -12,15 +12,16 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hygraph.cluster.names import updater_name
-from hygraph.cluster.publisher import IndexUpdater
 from hygraph.config import HygraphConfig
 from hygraph.errors import IndexNotReady, StoreUnavailable
-from hygraph.indexing.update import summary_slice
 from hygraph.store.journal import bounded_error
 from hygraph.store.versions import IndexStore
+
+if TYPE_CHECKING:  # the update path (models, torch) is imported in the actor, not where it is started
+    from hygraph.cluster.publisher import IndexUpdater
 
 log = logging.getLogger("hygraph.updater")
 
@@ -35,10 +36,11 @@ class OnlineUpdater:
     Started before the first build has landed (a fresh Kubernetes deploy), it waits for one.
     """
 
-    def __init__(self, config: dict[str, Any], index_dir: str) -> None:
+    def __init__(self, config: dict[str, Any], index_dir: str, create_empty: bool = False) -> None:
         logging.basicConfig(level=logging.INFO)
         self.cfg = HygraphConfig.model_validate(config)
         self.index_dir = index_dir
+        self.create_empty = create_empty
         self.updater: IndexUpdater | None = None
         self.last_error: str | None = None
         self.last_result: dict[str, Any] | None = None
@@ -95,7 +97,14 @@ class OnlineUpdater:
         compaction. True when something was done (the loop goes on without waiting)."""
         if self.updater is None:
             if IndexStore(self.index_dir).current_version() is None:
-                return False
+                if not self.create_empty:
+                    return False  # the default index: its first version is a build's
+                from hygraph.indexing.build import create_empty_index
+
+                log.info("index %s: writing its empty first version", self.index_dir)
+                create_empty_index(self.cfg, self.index_dir)
+            from hygraph.cluster.publisher import IndexUpdater
+
             self.updater = IndexUpdater(self.cfg, self.index_dir)
         defer = self.cfg.updates.defer_summaries_s > 0
         # Overdue summaries and batches take turns: a slice, then the journal's next batch.
@@ -140,6 +149,8 @@ class OnlineUpdater:
         if age is None:
             return False
         u = self.cfg.updates
+        from hygraph.indexing.update import summary_slice
+
         summarized = self.updater.summarize_pending(summary_slice(age, u.defer_summaries_s, u.summary_slice_nodes))
         if summarized is None:
             return False
@@ -185,13 +196,14 @@ class OnlineUpdater:
         self._stop.set()
 
 
-def start_updater(cfg: HygraphConfig, index_dir: str | Path) -> Any:
-    """The index's OnlineUpdater actor: started if absent, restarted by Ray if its process dies."""
+def start_updater(cfg: HygraphConfig, index_dir: str | Path, create_empty: bool = False) -> Any:
+    """The index's OnlineUpdater actor: started if absent, restarted by Ray if its process dies.
+    `create_empty` (a named index): it writes the index's empty first version when there is none."""
     import ray
 
     remote = ray.remote(num_cpus=cfg.updates.num_cpus, max_restarts=-1, max_concurrency=4)(OnlineUpdater)
     return remote.options(name=updater_name(index_dir), namespace="hygraph", lifetime="detached",
-                          get_if_exists=True).remote(cfg.model_dump(), str(Path(index_dir).resolve()))
+                          get_if_exists=True).remote(cfg.model_dump(), str(Path(index_dir).resolve()), create_empty)
 
 
 def stop_updater(index_dir: str | Path) -> None:

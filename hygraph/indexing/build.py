@@ -9,6 +9,7 @@ the version's segments, so a failed build leaves the previous version serving un
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,53 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
             "stats": manifest.stats}
 
 
+def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, Any]:
+    """Version 1 of an index with no documents (`POST /v1/indexes`): every table empty and every vector
+    collection created empty, made by the build's own stages over nothing, so inserts grow it through
+    the updater exactly as they grow a built index. No-op when the index holds a version already."""
+    from hygraph.backends.embedder import make_embedder
+
+    store = IndexStore(index_dir, create=True)
+    if store.current_version() is not None:
+        return {"version": store.current_version(), "created": False}
+    dim = make_embedder(cfg.embedder).dim
+    none = np.zeros((0, dim), np.float32)
+    built = _Built([], ingest.Ingested([], none, []))
+    kb = built.kb = knowledge.merge_extractions([])
+    hg = built.graph = graph_stage.build(cfg, [], kb)
+    built.cleora = structure.build(cfg.cleora, hg)
+    built.vecs = {"entities": none, "relations": none, "hyperedges": none}
+    llm = make_llm(cfg.llm, cache_dir=cfg.llm.cache_dir or str(Path(index_dir) / "llm_cache"))
+    built.hier = hierarchy.build(cfg, [], [], none, kb, hg, {"entities": none, "cleora": built.cleora}, llm,
+                                 lambda texts: np.zeros((len(texts), dim), np.float32))
+    if cfg.hyperbolic.enabled:
+        built.hyp = hyperbolic.build(cfg.hyperbolic, [], none)
+    built.lexical = lexical.build([], [], hg.entity_ids)
+    vs = vectorstore.connect(cfg.vector_store, index_dir)
+    writer: vectors.CollectionWriter | None = None
+    try:
+        with store.begin() as w:
+            writer = vectors.CollectionWriter(vs, store, w.version, keep_empty=True)
+            # Every kind the build makes, empty (an empty hierarchy has no embedding width of its own).
+            for kind in ("chunks", "entities", "relations", "hyperedges", "summaries"):
+                writer.add(kind, [], none)
+            if built.hyp is not None:
+                writer.add("hyperbolic", [], built.hyp.storage(), metric="L2")
+            writer.write()
+            manifest = built.write_tables(w, cfg)
+            manifest.generation, manifest.collections = w.version, writer.collections
+            manifest.config_hash, manifest.journal_offset = cfg.index_hash(), 0
+            w.commit(manifest)
+            version = w.version
+        store.forget_collections([version])
+        writer = None
+    finally:
+        if writer is not None:
+            writer.drop_all()
+        vs.close()
+    return {"version": version, "created": True}
+
+
 def collect_garbage(cfg: HygraphConfig, store: IndexStore, vs: vectorstore.VectorStore) -> GcResult:
     """`store.gc` with the configured retention, then drop the vector collections it hands back: those
     only removed versions named, and those of builds that never committed (then forgotten)."""
@@ -135,6 +183,22 @@ def gc_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, Any]:
     return {"versions_removed": result.versions, "segment_files_removed": result.segment_files,
             "bytes_removed": result.bytes, "collections_dropped": sorted(result.collections),
             "unfinished_builds": result.orphaned}
+
+
+def remove_index(cfg: HygraphConfig, path: str | Path) -> dict[str, Any]:
+    """Drop every vector collection of the index at `path`, then its files (`DELETE /v1/indexes/{name}`, after
+    the registry took it out of sight). The store is connected first: files go only once nothing of the
+    index is left in it."""
+    store = IndexStore(path)
+    names = store.every_collection()
+    vs = vectorstore.connect(cfg.vector_store, path)
+    try:
+        for name in sorted(names):
+            vs.drop(name)
+    finally:
+        vs.close()
+    shutil.rmtree(path)
+    return {"collections_dropped": len(names)}
 
 
 class _Built:

@@ -76,11 +76,16 @@ def llm_app(cfg: HygraphConfig) -> Application | None:
 
 def app_builder(args: dict[str, Any]) -> Application:
     """Serve's application builder: `args` = {"config": YAML path or null, "index_dir": path}."""
+    from hygraph.cluster import indexes
     from hygraph.cluster.actor import start_updater
+    from hygraph.store.registry import IndexRegistry
 
     cfg = load_config(args.get("config"))
     index_dir = args.get("index_dir") or cfg.index_dir
     start_updater(cfg, index_dir)  # detached: it outlives this build task, one per index
+    registry = IndexRegistry(index_dir)
+    indexes.resume_removals(cfg.for_named_index(index_dir), registry)
+    indexes.start_named_updaters(cfg.for_named_index(index_dir), registry)
     return build_app(cfg, index_dir)
 
 

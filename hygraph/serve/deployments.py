@@ -19,6 +19,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -35,6 +36,7 @@ from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieva
                               no_answer)
 from hygraph.serve.batching import ContinuousBatcher
 from hygraph.serve.metrics import EmbedderMetrics, IndexMetrics, LLMMetrics
+from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
 from hygraph.store.versions import IndexStore
 
 log = logging.getLogger("hygraph.serve")
@@ -96,16 +98,22 @@ class Embedder:
 
 @serve.deployment
 class Retriever:
-    """One loaded index version (swapped when `CURRENT` moves) and the pipeline's steps for a request.
+    """Loaded index versions (each swapped when its `CURRENT` moves) and the pipeline's steps for a request.
 
-    A replica started before the first build has landed (a fresh Kubernetes deploy) is healthy
-    but not ready: it answers 503 index_not_ready and loads the first version that appears.
+    The default index is always loaded; named indexes are loaded when first asked and kept up to
+    `serve.max_loaded_indexes`, the least recently asked unloaded first. A replica started before the
+    default index's first build has landed (a fresh Kubernetes deploy) is healthy but not ready: it
+    answers 503 index_not_ready and loads the first version that appears.
     """
 
     def __init__(self, config: dict[str, Any], index_dir: str) -> None:
         self.cfg = cfg = HygraphConfig.model_validate(config)
         self.index_dir = index_dir
+        self.registry = IndexRegistry(index_dir)
+        self._named_cfg = cfg.for_named_index(index_dir)
         self._pipeline: QueryPipeline | None = None
+        self._named: OrderedDict[str, QueryPipeline] = OrderedDict()
+        self._named_lock = threading.Lock()
         self.llm_metrics = LLMMetrics()
         self.index_metrics = IndexMetrics()
         self.encoder = (QuestionEncoder(cfg, cfg.serve.retriever.num_cpus) if cfg.serve.embedding == "retriever"
@@ -113,9 +121,8 @@ class Retriever:
         self._open_when_built()
         self._poll_s = cfg.serve.version_poll_s
         self._learn = cfg.updates.online_learning and cfg.hyperbolic.enabled
-        self._updater_name = updater_name(index_dir)
-        self._updater: Any = None
-        self._updater_looked_up = -float("inf")
+        self._updater: dict[str, Any] = {}
+        self._updater_looked_up: dict[str, float] = {}
         # A daemon thread: it ends with the replica's process, whose exit also releases the
         # process's lease on the managed vector store.
         threading.Thread(target=self._follow_current, name="hygraph-version-poll", daemon=True).start()
@@ -134,6 +141,33 @@ class Retriever:
                                 "(run `hygraph index`; this replica loads it as soon as it lands)")
         return self._pipeline
 
+    def pipeline_of(self, index: str) -> QueryPipeline:
+        """The loaded pipeline of `index` (the ingress has checked that it exists and may be read)."""
+        if index == DEFAULT_INDEX:
+            return self.pipeline
+        with self._named_lock:
+            found = self._named.get(index)
+            if found is not None:
+                self._named.move_to_end(index)
+                return found
+        path = self.registry.path(index)
+        if IndexStore(path).current_version() is None:
+            raise IndexNotReady(f"index '{index}' is being created; retry shortly")
+        # Loaded outside the lock: a cold index does not hold up queries to the others.
+        engine = QueryEngine(self._named_cfg, path, embedder=self.encoder.model if self.encoder else None)
+        with self._named_lock:
+            found = self._named.setdefault(index, QueryPipeline(engine))
+            self._named.move_to_end(index)
+            evicted = []
+            while len(self._named) > self.cfg.serve.max_loaded_indexes:
+                evicted.append(self._named.popitem(last=False))
+        if found.engine is not engine:
+            engine.close()
+        for name, pipeline in evicted:
+            log.info("index '%s' unloaded (serve.max_loaded_indexes=%d)", name, self.cfg.serve.max_loaded_indexes)
+            pipeline.engine.close()
+        return found
+
     def _follow_current(self) -> None:
         while True:
             time.sleep(self._poll_s)
@@ -150,11 +184,29 @@ class Retriever:
                 log.warning("could not load index version %s; still serving %s",
                             IndexStore(self.index_dir).current_version(),
                             self._pipeline.engine.version if self._pipeline else "none", exc_info=True)
+            self._follow_named()
+
+    def _follow_named(self) -> None:
+        with self._named_lock:
+            loaded = list(self._named.items())
+        for name, pipeline in loaded:
+            try:
+                # Deleted, or deleted and made again under its name (a new uid): this one is gone.
+                if not self.registry.exists(name) or _uid(self.registry.path(name)) != pipeline.engine.store.uid:
+                    with self._named_lock:
+                        if self._named.get(name) is pipeline:
+                            del self._named[name]
+                    pipeline.engine.close()
+                    log.info("index '%s' was deleted: unloaded", name)
+                elif pipeline.engine.refresh():
+                    log.info("index '%s': now serving version %d", name, pipeline.engine.version)
+            except Exception:  # noqa: BLE001 - retried on the next poll; the loaded version keeps serving
+                log.warning("index '%s': could not load its new version", name, exc_info=True)
 
     async def query(self, req: QueryRequest, query_vec: np.ndarray | None = None) -> QueryResult | Retrieval:
         """Embed (unless `query_vec` came with the request), retrieve, and answer here when the answer
         role runs in process; otherwise the Retrieval, for the Generator."""
-        pipeline = self.pipeline
+        pipeline = await self._pipeline_async(req.index)
         t0 = time.perf_counter()
         if query_vec is None:
             if self.encoder is None:
@@ -168,60 +220,78 @@ class Retriever:
         self.llm_metrics.record(pipeline.engine.llm.usage)
         return got
 
+    async def _pipeline_async(self, index: str) -> QueryPipeline:
+        if index == DEFAULT_INDEX:
+            return self.pipeline
+        with self._named_lock:
+            found = self._named.get(index)
+        return found if found is not None else await asyncio.to_thread(self.pipeline_of, index)
+
     def _steps(self, pipeline: QueryPipeline, req: QueryRequest, query_vec: np.ndarray) -> QueryResult | Retrieval:
         retrieval = pipeline.retrieve(req, query_vec)
         if req.mode == "hyperbolic" and self._learn:
-            self._send_to_learner(retrieval.context.notes["implicit_subgraph"], query_vec)
+            self._send_to_learner(req.index, retrieval.context.notes["implicit_subgraph"], query_vec)
         if not req.answer:
             return no_answer(retrieval)
         return answer(pipeline.engine.llm, retrieval) if answers_here(self.cfg) else retrieval
 
-    def _send_to_learner(self, subgraph: dict[str, Any], query_vec: np.ndarray) -> None:
+    def _send_to_learner(self, index: str, subgraph: dict[str, Any], query_vec: np.ndarray) -> None:
         """Fire and forget to the index's OnlineUpdater (HyperRAG §3.3): the query never waits on learning."""
         import ray
 
-        if self._updater is None:
-            if time.monotonic() - self._updater_looked_up < UPDATER_LOOKUP_S:
+        updater = self._updater.get(index)
+        if updater is None:
+            if time.monotonic() - self._updater_looked_up.get(index, -float("inf")) < UPDATER_LOOKUP_S:
                 return
-            self._updater_looked_up = time.monotonic()
+            self._updater_looked_up[index] = time.monotonic()
             try:
-                self._updater = ray.get_actor(self._updater_name, namespace="hygraph")
+                updater = self._updater[index] = ray.get_actor(updater_name(self.registry.path(index)),
+                                                               namespace="hygraph")
             except ValueError:
-                log.info("no OnlineUpdater for this index: hyperbolic queries are not learned from")
+                log.info("no OnlineUpdater for index '%s': hyperbolic queries are not learned from", index)
                 return
-        self._updater.observe.remote(subgraph, query_vec)
+        updater.observe.remote(subgraph, query_vec)
 
-    def version(self) -> int:
-        return self.pipeline.engine.version
+    def version(self, index: str = DEFAULT_INDEX) -> int:
+        return self.pipeline_of(index).engine.version
 
     # -- the loaded version's contents, read back (store/catalog.py) ---------------------------
 
-    def documents(self, limit: int, after: str | None, offset: int, min_version: int) -> dict[str, Any]:
-        catalog = self.pipeline.engine.catalog(min_version)
+    def documents(self, index: str, limit: int, after: str | None, offset: int, min_version: int) -> dict[str, Any]:
+        catalog = self.pipeline_of(index).engine.catalog(min_version)
         page = catalog.page(limit, after, offset)
         return {"documents": page.documents, "total": page.total, "next_after": page.next_after,
                 "index_version": catalog.version.version}
 
-    def document(self, doc_id: str, min_version: int) -> dict[str, Any] | None:
-        catalog = self.pipeline.engine.catalog(min_version)
+    def document(self, index: str, doc_id: str, min_version: int) -> dict[str, Any] | None:
+        catalog = self.pipeline_of(index).engine.catalog(min_version)
         doc = catalog.document(doc_id)
         return None if doc is None else {**doc, "index_version": catalog.version.version}
 
-    def stats(self, min_version: int) -> dict[str, Any]:
-        return self.pipeline.engine.catalog(min_version).stats()
+    def stats(self, index: str, min_version: int) -> dict[str, Any]:
+        return self.pipeline_of(index).engine.catalog(min_version).stats()
 
-    def holding(self, doc_id: str) -> tuple[bool, int]:
+    def holding(self, index: str, doc_id: str) -> tuple[bool, int]:
         """(whether the loaded version holds the document, the journal offset it has applied); (False, 0)
         before the first version is built: then only the journal knows of documents."""
-        if self._pipeline is None:
+        try:
+            pipeline = self.pipeline_of(index)
+        except IndexNotReady:
             return False, 0
-        catalog = self._pipeline.engine.catalog()
+        catalog = pipeline.engine.catalog()
         return catalog.holds(doc_id), catalog.version.manifest.journal_offset
 
     def check_health(self) -> None:
         """Serve restarts a replica whose store is unreachable (StoreUnavailable)."""
         if self._pipeline is not None:
             self._pipeline.engine.vectors.ping()
+
+
+def _uid(path: Path) -> str | None:
+    try:
+        return IndexStore(path).uid
+    except InputError:
+        return None
 
 
 @serve.deployment

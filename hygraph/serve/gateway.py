@@ -21,13 +21,17 @@ from typing import Any, AsyncIterator
 from ray.serve.handle import DeploymentHandle
 
 from hygraph.cluster.jobs import job_status
-from hygraph.cluster.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.pipeline import QueryRequest, QueryResult, Retrieval
-from hygraph.serve.http import ApiError, api_keys
+from hygraph.serve.access import Access, Need, Principal, denied, not_found
+from hygraph.serve.http import ApiError
 from hygraph.serve.metrics import IngressMetrics
-from hygraph.store.journal import Journal
-from hygraph.store.versions import IndexStore
+from hygraph.serve.quotas import Quotas
+from hygraph.serve.tenants import Tenant
+from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
+
+
+UPDATER_CHECK_S = 30.0
 
 
 class Gateway:
@@ -38,22 +42,51 @@ class Gateway:
         # hybrid's p50 at concurrency 1 went from about 67 to 52 ms (README, Serving).
         self.retriever, self.embedder, self.generator = (
             h.options(_by_reference=False) if h is not None else None for h in (retriever, embedder, generator))
-        self.keys = api_keys(cfg.serve, cfg.profile)
-        self.journal = Journal(index_dir)
-        self.store = IndexStore(index_dir)
+        root = Path(index_dir).resolve()
+        self.access = Access(cfg.serve, cfg.profile, root / "keys.json")
+        self.registry = IndexRegistry(root)
         self.metrics = IngressMetrics()
-        self.index_name = Path(index_dir).resolve().name
-        self.updater_name = updater_name(index_dir)
-        self._floor = 0  # the highest version a job status from this replica has called done
-        self._floor_lock = threading.Lock()
+        self.index_name = root.name  # the default index's other name in chat's `model`
+        self.default = Tenant.open(DEFAULT_INDEX, root, cfg)
+        self._named_cfg = cfg.for_named_index(root)
+        self._tenants: dict[str, Tenant] = {}
+        self._tenants_lock = threading.Lock()
+        self.quotas = Quotas(cfg.serve.index_quota)  # named indexes only: the default index is the service's
+
+    # -- indexes, and who may do what with them ------------------------------------------------
+
+    def tenant(self, name: str, who: Principal, need: Need) -> Tenant:
+        """Index `name` for a caller that may do `need` on it; 404 (as for no such index) when it may not
+        know of it, 401 without a key, 403 when it may see the index but not do this."""
+        if not who.may(name, need):
+            raise denied(who, name, need)
+        if name == DEFAULT_INDEX:
+            return self.default
+        if not self.registry.exists(name):
+            with self._tenants_lock:
+                self._tenants.pop(name, None)  # deleted: a later index of that name is a new one
+            raise not_found(name)
+        with self._tenants_lock:
+            tenant = self._tenants.get(name)
+            if tenant is None or not (tenant.path / "index.json").is_file():
+                tenant = self._tenants[name] = Tenant.open(name, self.registry.path(name), self._named_cfg)
+            return tenant
+
+    def forget(self, name: str) -> None:
+        with self._tenants_lock:
+            self._tenants.pop(name, None)
 
     # -- the query pipeline shared by /v1/query and /v1/chat/completions -----------------------
 
-    def request(self, question: str, mode: str | None, k: int | None, min_version: int | None) -> QueryRequest:
+    def request(self, tenant: Tenant, question: str, mode: str | None, k: int | None,
+                min_version: int | None) -> QueryRequest:
         limit = self.cfg.serve.max_question_chars
         if len(question) > limit:
             raise ApiError(422, "invalid_field", f"question: {len(question)} characters exceeds the limit of {limit}")
-        return QueryRequest.make(self.cfg.retrieval, question, mode, k, max(min_version or 0, self._floor))
+        if tenant.name != DEFAULT_INDEX:
+            self.quotas.admit_query(tenant.name)
+        return QueryRequest.make(self.cfg.retrieval, question, mode, k, max(min_version or 0, tenant.floor),
+                                 index=tenant.name)
 
     async def _retrieve(self, req: QueryRequest) -> QueryResult | Retrieval:
         """One handle call when the Retriever embeds and answers; an Embedder call first otherwise."""
@@ -88,40 +121,55 @@ class Gateway:
 
     # -- the index's contents, read from the Retriever's loaded version (as queries are) ---------
 
-    async def documents(self, limit: int, after: str | None, offset: int) -> dict[str, Any]:
-        return await self.retriever.documents.remote(limit, after, offset, self._floor)
+    async def documents(self, tenant: Tenant, limit: int, after: str | None, offset: int) -> dict[str, Any]:
+        return await self.retriever.documents.remote(tenant.name, limit, after, offset, tenant.floor)
 
-    async def document(self, doc_id: str) -> dict[str, Any] | None:
-        return await self.retriever.document.remote(doc_id, self._floor)
+    async def document(self, tenant: Tenant, doc_id: str) -> dict[str, Any] | None:
+        return await self.retriever.document.remote(tenant.name, doc_id, tenant.floor)
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self, tenant: Tenant) -> dict[str, Any]:
         """The version's counts, plus the journaled jobs it does not hold yet."""
-        stats = await self.retriever.stats.remote(self._floor)
-        pending = await asyncio.to_thread(self.journal.pending, stats.pop("journal_offset"))
+        stats = await self.retriever.stats.remote(tenant.name, tenant.floor)
+        pending = await asyncio.to_thread(tenant.journal.pending, stats.pop("journal_offset"))
         return {**stats, "pending_jobs": pending}
 
-    async def holds(self, doc_id: str) -> bool:
+    async def holds(self, tenant: Tenant, doc_id: str) -> bool:
         """Whether the index holds the document, or will once the queued jobs are applied."""
-        held, offset = await self.retriever.holding.remote(doc_id)
-        return await asyncio.to_thread(self.journal.holds_after, doc_id, offset, held)
+        held, offset = await self.retriever.holding.remote(tenant.name, doc_id)
+        return await asyncio.to_thread(tenant.journal.holds_after, doc_id, offset, held)
 
     # -- writes and their status ---------------------------------------------------------------
 
-    async def job_status(self, job_id: str) -> dict[str, Any] | None:
-        job = await asyncio.to_thread(self.journal.find, job_id)
+    async def job_status(self, tenant: Tenant, job_id: str) -> dict[str, Any] | None:
+        job = await asyncio.to_thread(tenant.journal.find, job_id)
         if job is None:
             return None
-        body = await asyncio.to_thread(job_status, self.store, self.journal, job)
+        body = await asyncio.to_thread(job_status, tenant.store, tenant.journal, job)
         if body["status"] == "done":
-            with self._floor_lock:
-                self._floor = max(self._floor, int(body["index_version"]))
+            tenant.raise_floor(int(body["index_version"]))
         return body
 
-    def updater(self) -> Any:
+    def updater(self, tenant: Tenant) -> Any:
         import ray
 
         try:
-            return ray.get_actor(self.updater_name, namespace="hygraph")
+            return ray.get_actor(tenant.updater_name, namespace="hygraph")
         except ValueError:
             raise ApiError(503, "updater_unavailable", "the index's OnlineUpdater is not running",
                            {"Retry-After": "5"}) from None
+
+    async def admit_insert(self, tenant: Tenant, documents: int) -> None:
+        """429 when the insert would take a named index past its documents or bytes quota."""
+        if tenant.name != DEFAULT_INDEX:
+            await asyncio.to_thread(self.quotas.admit_insert, tenant.name, documents,
+                                    lambda: self.registry.info(tenant.name))
+
+    async def ensure_updater(self, tenant: Tenant) -> None:
+        """A named index's updater runs after a write (started when absent, at most every UPDATER_CHECK_S): the
+        journal is durable without it, and it applies whatever is pending when it starts."""
+        if tenant.name == DEFAULT_INDEX or time.monotonic() - tenant.updater_checked < UPDATER_CHECK_S:
+            return
+        from hygraph.cluster.actor import start_updater
+
+        await asyncio.to_thread(start_updater, tenant.cfg, tenant.path, True)
+        tenant.updater_checked = time.monotonic()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import difflib
-import hmac
 import json
 import logging
 import os
@@ -272,12 +271,17 @@ def _not_json(constant: str) -> None:
 
 
 _ENDPOINTS = (("/v1/query", "query"), ("/v1/chat/", "chat"), ("/v1/documents", "documents"), ("/v1/jobs/", "jobs"),
-              ("/v1/updater", "updater"),
+              ("/v1/updater", "updater"), ("/v1/indexes", "indexes"), ("/v1/keys", "keys"),
               ("/v1/stats", "stats"), ("/v1/models", "models"), ("/readyz", "readyz"), ("/healthz", "healthz"))
 
 
 def endpoint_name(path: str) -> str:
-    """A bounded metrics label for a request path (never the path itself: ids live in paths)."""
+    """A bounded metrics label for a request path (never the path itself: ids live in paths); a named
+    index's data route counts as its route (`/v1/indexes/{name}/query` as `query`)."""
+    if path.startswith("/v1/indexes/"):
+        _, sep, tail = path.removeprefix("/v1/indexes/").partition("/")
+        if sep:
+            path = "/v1/" + tail
     return next((name for prefix, name in _ENDPOINTS if path.startswith(prefix)), "other")
 
 
@@ -290,16 +294,3 @@ def api_keys(cfg: ServeConfig, profile: str, environ: Mapping[str, str] | None =
         raise ConfigError(f"serve.api_keys: the {profile} profile needs at least one API key "
                           f"(set serve.api_keys or {cfg.api_keys_env})")
     return frozenset(keys)
-
-
-def check_key(authorization: str, keys: frozenset[str], required: bool) -> None:
-    """401 unless `Authorization: Bearer <key>` names a configured key (constant-time compare)."""
-    if not keys or not required:
-        return
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise ApiError(401, "unauthorized", "authorization: missing `Bearer <key>` header",
-                       {"WWW-Authenticate": "Bearer"})
-    if not any(hmac.compare_digest(token.strip().encode(), k.encode()) for k in keys):
-        raise ApiError(401, "unauthorized", "authorization: invalid API key", {"WWW-Authenticate": "Bearer"})
-

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from hygraph.backends import vectorstore
 from hygraph.runtime import ensure_port_free, init_ray
+from hygraph.cluster import indexes
 from hygraph.cluster.actor import start_updater, stop_updater
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
@@ -20,6 +21,7 @@ from hygraph.indexing.build import ensure_demo_index
 from hygraph.serve.app import APP_NAME, LLM_APP_NAME, LLM_ROUTE, build_app, llm_app
 from hygraph.serve.http import api_keys
 from hygraph.serve.supervisor import say as _say
+from hygraph.store.registry import IndexRegistry
 
 
 def _key_hint(cfg: HygraphConfig) -> str:
@@ -61,6 +63,10 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
         _say("starting the OnlineUpdater (applies journaled inserts and deletes)")
         updater = start_updater(cfg, index_dir)
         ray.get(updater.status.remote())
+        registry = IndexRegistry(index_dir)
+        named_cfg = cfg.for_named_index(index_dir)
+        indexes.resume_removals(named_cfg, registry)
+        indexes.start_named_updaters(named_cfg, registry)
         url = f"http://{host}:{port}"
         metrics_host = "127.0.0.1" if ray_cfg.loopback_only and not ray_cfg.address else host
         _say(f"serving at {url}  (API docs: {url}/docs, metrics: http://{metrics_host}:{cfg.serve.metrics_port}/metrics)")
@@ -89,7 +95,9 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
             _kill_ray_orphans()
         elif ray.is_initialized():
             try:
-                stop_updater(index_dir)
+                registry = IndexRegistry(index_dir)
+                for path in [index_dir, *(registry.path(name) for name in registry.names()[1:])]:
+                    stop_updater(path)
                 serve.shutdown()
             finally:
                 ray.shutdown()

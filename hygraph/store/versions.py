@@ -255,6 +255,20 @@ class IndexStore:
             for v in versions:
                 self._record_path(v).unlink(missing_ok=True)
 
+    def every_collection(self) -> set[str]:
+        """Every vector collection this index may have: those its versions name (with what they retired
+        but not yet dropped) and those its writers recorded. What deleting the index drops."""
+        names: set[str] = set()
+        for v in self.versions():
+            names.update(self.manifest(v).collections.values())
+        for p in self.versions_dir.iterdir():
+            if _RECORD.match(p.name):
+                try:
+                    names.update(str(n) for n in json.loads(p.read_bytes()))
+                except ValueError:
+                    raise StoreError(f"{p}: not a record of vector collections") from None
+        return names
+
     def _orphaned_collections(self, live: set[int]) -> dict[int, list[str]]:
         """The recorded collections of versions neither published nor being written (their writer died);
         records of published versions are removed (the manifest names those collections)."""

@@ -23,6 +23,7 @@ from tests.integration.conftest import last_json, run_cli, serving
 
 pytestmark = pytest.mark.integration
 KEY = "test-key-5f2c"
+ADMIN = "admin-key-91d0"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
@@ -30,7 +31,8 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 def server(built_index, tmp_path_factory):
     index_dir, _ = built_index
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with serving(index_dir, log, HYGRAPH_API_KEYS=KEY, HYGRAPH__SERVE__MAX_BODY_BYTES="65536") as srv:
+    with serving(index_dir, log, HYGRAPH_API_KEYS=KEY, HYGRAPH_ADMIN_KEYS=ADMIN,
+                 HYGRAPH__SERVE__MAX_BODY_BYTES="65536") as srv:
         yield srv
 
 
@@ -246,6 +248,96 @@ def test_a_new_version_is_served_without_failed_queries(server, hotpot_subset):
     assert not failures, failures[:3]
     assert answered and set(answered) <= {before, built["version"]}
     assert httpx.get(server["url"] + "/readyz").json()["index_version"] == built["version"]
+
+
+def _status(call) -> int:
+    try:
+        call()
+    except ApiError as err:
+        return err.status
+    return 200
+
+
+def _stats_when_ready(client: Client) -> dict | None:
+    try:
+        return client.stats()
+    except ApiError as err:
+        if err.status != 503:
+            raise
+        return None
+
+
+def test_two_tenants_never_see_each_other_and_deleting_one_leaves_the_rest(server):
+    """CONTRACT "Indexes and keys": two named indexes made empty by an admin key, grown by inserts with keys
+    scoped to one each; every route of the other index answers such a key 404, exactly as an index that does
+    not exist; deleting one leaves the default index's and the other's answers as they were."""
+    url = server["url"]
+    docs = {"team-a": {"id": "a-1", "title": "Quorvath Lindqvist",
+                       "text": "Quorvath Lindqvist is a lighthouse keeper on the island of Ystermark."},
+            "team-b": {"id": "b-1", "title": "Melisandre Okonkwo-Vale",
+                       "text": "Melisandre Okonkwo-Vale designs suspension bridges in Tarrowby."}}
+    with Client(url, api_key=ADMIN) as admin, Client(url, api_key=KEY) as service:
+        assert _status(lambda: server["client"].create_index("team-a")) == 401
+        assert _status(lambda: service.create_index("team-a")) == 403
+        assert _status(lambda: admin.create_index("Bad/Name")) == 422
+        for name in docs:
+            assert admin.create_index(name)["name"] == name
+        assert _status(lambda: admin.create_index("team-a")) == 409
+        keys = {name: admin.create_key({name: ["read", "write"]}, name=f"{name} writer")["key"] for name in docs}
+        assert {i["name"] for i in admin.indexes()} >= {"default", *docs}
+        default_before = [p["id"] for p in server["client"].query(QUESTION, mode="hybrid")["passages"]]
+
+    clients = {name: Client(url, api_key=keys[name], index=name) for name in docs}
+    try:
+        for name, client in clients.items():
+            deadline = time.monotonic() + 180
+            while (stats := _stats_when_ready(client)) is None:  # its empty first version is being written
+                assert time.monotonic() < deadline, f"index {name} never got its first version"
+                time.sleep(1)
+            assert stats["documents"] == 0 and stats["index_version"] == 1  # made empty
+            client.wait(client.add_documents([docs[name]])["job_id"], timeout_s=300)
+        for name, client in clients.items():
+            other = "team-b" if name == "team-a" else "team-a"
+            out = client.query(docs[name]["title"], mode="hybrid", top_k=5)
+            assert [p["id"] for p in out["passages"]] == [docs[name]["id"]], name
+            assert [i["name"] for i in client.indexes()] == [name]
+            assert client.models() == [name]
+            # Every route of the other tenant's index: 404, as for an index that does not exist.
+            with Client(url, api_key=keys[name], index=other) as peek, \
+                    Client(url, api_key=keys[name], index="no-such-index") as missing:
+                for probe in (peek, missing):
+                    assert _status(lambda: probe.query("anything")) == 404
+                    assert _status(lambda: probe.stats()) == 404
+                    assert _status(lambda: probe.documents()) == 404
+                    assert _status(lambda: probe.document(docs[other]["id"])) == 404
+                    assert _status(lambda: probe.delete_document(docs[other]["id"])) == 404
+                    assert _status(lambda: probe.add_documents([docs[name]])) == 404
+                    assert _status(lambda: probe.job("0" * 32)) == 404
+                assert _status(lambda: client.index_info(other)) == 404
+            oai = OpenAI(base_url=url + "/v1", api_key=keys[name])
+            reply = oai.chat.completions.create(model=name, messages=[{"role": "user", "content": docs[name]["title"]}])
+            assert reply.model_extra["hygraph"]["passages"][0]["id"] == docs[name]["id"]
+            with pytest.raises(Exception) as err:
+                oai.chat.completions.create(model=other, messages=[{"role": "user", "content": "q"}])
+            assert getattr(err.value, "status_code", None) == 404
+        # The default index is the service's: a key scoped to a named index has no rights there.
+        assert _status(lambda: Client(url, api_key=keys["team-a"]).query(QUESTION)) == 404
+
+        with Client(url, api_key=ADMIN) as admin:
+            assert admin.delete_index("team-b")["job_id"]
+            assert _status(lambda: admin.index_info("team-b")) == 404
+        assert _status(lambda: clients["team-b"].query("anything")) == 404
+        out = clients["team-a"].query(docs["team-a"]["title"], mode="hybrid", top_k=5)
+        assert [p["id"] for p in out["passages"]] == [docs["team-a"]["id"]]
+        assert [p["id"] for p in server["client"].query(QUESTION, mode="hybrid")["passages"]] == default_before
+        gone = server["index_dir"] / "indexes"
+        deadline = time.monotonic() + 120
+        while sorted(p.name for p in gone.iterdir()) != ["team-a"]:
+            assert time.monotonic() < deadline, sorted(p.name for p in gone.iterdir())
+            time.sleep(1)
+    finally:
+        for client in clients.values():
+            client.close()
 
 
 def test_hyperbolic_queries_feed_the_online_learner_and_recalibration_is_on_demand(server):

@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hygraph.config import HygraphConfig
+from hygraph.serve.access import Access, denied, not_found
 from hygraph.serve.http import HttpLimits
 from hygraph.serve.ingress import build_api
 
@@ -28,21 +29,37 @@ class _Count:
 
 
 class StubGateway:
-    def __init__(self) -> None:
-        self.cfg = HygraphConfig()
-        self.keys = frozenset({KEY})
+    """The default index only (named indexes are exercised against the real stack)."""
+
+    def __init__(self, keys_file: Any) -> None:
+        self.cfg = HygraphConfig.model_validate({"serve": {"api_keys": [KEY]}})
+        self.access = Access(self.cfg.serve, "local", keys_file)
         self.index_name = "demo"
-        self.store = SimpleNamespace(root=SimpleNamespace(stat=lambda: SimpleNamespace(st_mtime=0)))
+        self.registry = SimpleNamespace(names=lambda: ["default"], exists=lambda name: name == "default",
+                                        path=lambda name: SimpleNamespace(stat=lambda: SimpleNamespace(st_mtime=0)))
         self.metrics = SimpleNamespace(errors=_Count(), requests=_Count(), ingest=_Count())
-        self.journal = SimpleNamespace(append=self._append)
+        self.default = SimpleNamespace(name="default", journal=SimpleNamespace(append=self._append))
         self.asked: list[tuple] = []
         self.appended: list[tuple] = []
+
+    def tenant(self, name: str, who: Any, need: Any) -> Any:
+        if not who.may(name, need):
+            raise denied(who, name, need)
+        if name != "default":
+            raise not_found(name)
+        return self.default
+
+    async def ensure_updater(self, tenant: Any) -> None:
+        return None
+
+    async def admit_insert(self, tenant: Any, documents: int) -> None:
+        return None
 
     def _append(self, op: str, payload: dict) -> Any:
         self.appended.append((op, payload))
         return SimpleNamespace(job_id="a" * 32)
 
-    def request(self, question: str, mode: Any, k: Any, min_version: Any = None) -> Any:
+    def request(self, tenant: Any, question: str, mode: Any, k: Any, min_version: Any = None) -> Any:
         self.asked.append((question, mode, k, min_version))
         return question
 
@@ -55,20 +72,20 @@ class StubGateway:
             yield piece
         yield await self.query(req)
 
-    async def job_status(self, job_id: str) -> dict | None:
+    async def job_status(self, tenant: Any, job_id: str) -> dict | None:
         return None
 
-    def updater(self) -> Any:
+    def updater(self, tenant: Any) -> Any:
         async def status() -> dict:
             return {"pending": 0, "last_error": None}
         return SimpleNamespace(status=SimpleNamespace(remote=status))
     # The index holds DOCS (sorted ids, as the catalog lists them) and a queued insert of "queued".
     DOCS = ["a", "a/b?c#d", "b", "c"]
 
-    async def holds(self, doc_id: str) -> bool:
+    async def holds(self, tenant: Any, doc_id: str) -> bool:
         return doc_id in self.DOCS or doc_id == "queued"
 
-    async def documents(self, limit: int, after: Any, offset: int) -> dict:
+    async def documents(self, tenant: Any, limit: int, after: Any, offset: int) -> dict:
         self.asked.append(("documents", limit, after, offset))
         start = self.DOCS.index(after) + 1 if after is not None else offset
         page = self.DOCS[start:start + limit]
@@ -76,17 +93,17 @@ class StubGateway:
         return {"documents": [{"id": i, "title": i.upper(), "chars": 1, "chunks": 1} for i in page],
                 "total": len(self.DOCS), "next_after": page[-1] if more and page else None, "index_version": 3}
 
-    async def document(self, doc_id: str) -> dict | None:
+    async def document(self, tenant: Any, doc_id: str) -> dict | None:
         return {"id": doc_id, "title": "T", "text": "body", "chars": 4, "chunks": 1, "index_version": 3} \
             if doc_id in self.DOCS else None
 
-    async def stats(self) -> dict:
+    async def stats(self, tenant: Any) -> dict:
         return {"documents": len(self.DOCS), "index_version": 3, "pending_jobs": 1}
 
 
 @pytest.fixture()
-def client():
-    gw = StubGateway()
+def client(tmp_path):
+    gw = StubGateway(tmp_path / "keys.json")
     api = build_api(gw, HttpLimits(max_body_bytes=8192, body_timeout_s=1.0, max_header_bytes=8192,
                                    on_request=lambda e: None,
                                    on_error=lambda e, err: gw.metrics.errors.inc(tags={"status": err.status})))
@@ -197,7 +214,8 @@ def test_documents_are_listed_by_cursor_or_offset_and_read_one_by_one(client):
 
 
 def test_reads_of_documents_and_stats_need_the_key_when_reads_do(client):
-    client.gw.cfg = HygraphConfig.model_validate({"serve": {"require_key_for_reads": True}})
+    client.gw.cfg = HygraphConfig.model_validate({"serve": {"require_key_for_reads": True, "api_keys": [KEY]}})
+    client.gw.access = Access(client.gw.cfg.serve, "local", client.gw.access.store.path)
     for path in ("/v1/documents", "/v1/documents/a", "/v1/stats", "/v1/query"):
         resp = client.get(path) if path != "/v1/query" else _post(client, path, {"question": "q"})
         assert resp.status_code == 401, path

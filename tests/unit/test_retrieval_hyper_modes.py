@@ -470,6 +470,14 @@ def test_hyperbolic_without_directives_is_a_one_level_tree() -> None:
 
 def test_hyperbolic_needs_hyperbolic_embeddings() -> None:
     view, search, _ = hyperbolic_fixture()
-    view.hyper_neighbours = {}
+    view.hyper_neighbours, view.hyper_dim = {}, 0
     with pytest.raises(ValueError, match="hyperbolic embeddings"):
         run_hyperbolic(view, search, DIRECTIVES)
+
+
+def test_hyperbolic_over_an_index_without_chunks_finds_nothing() -> None:
+    view, search, _ = hyperbolic_fixture()
+    view.hyper_neighbours = {}
+    ctx, _ = run_hyperbolic(view, search, DIRECTIVES)
+    assert ctx.passages == [] and ctx.chunks == []
+    assert ctx.notes["implicit_subgraph"] == {"nodes": [], "edges": [], "root": "query"}

@@ -17,7 +17,7 @@ EMBEDDED, LITE = "embedded", "lite"
 
 def managed_server(cfg: VectorStoreConfig, index_dir: str | Path):  # -> ManagedServer
     """The (not yet started) managed server of `index_dir`'s `milvus/` directory for `cfg.uri`."""
-    data_dir = Path(index_dir) / "milvus"
+    data_dir = Path(cfg.server_dir) if cfg.server_dir else Path(index_dir) / "milvus"
     if cfg.uri == LITE:
         from hygraph.backends.vectorstore.lite_server import LiteServer
 

@@ -66,8 +66,10 @@ def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     and notes["directives"]. `points` reads the chunks' current Poincaré points (the online
     learner refines them between versions). Needs an index with hyperbolic embeddings.
     """
-    if not view.hyper_neighbours:
+    if not view.hyper_dim:
         raise ValueError("hyperbolic retrieval needs hyperbolic embeddings, and this index version has none")
+    if not view.hyper_neighbours:  # an index with no chunk yet (made empty, or every document deleted)
+        return Context(notes={"implicit_subgraph": {"nodes": [], "edges": [], "root": "query"}, "directives": []})
     per_round = k if round_k is None else round_k
     q = query_vec[None, :]
     depth = pool_size(k)

@@ -103,15 +103,16 @@ class CollectionWriter:
     server builds one collection's index, this process encodes the next one's rows. A failed build
     drops them together (`drop_all`)."""
 
-    def __init__(self, vs: VectorStore, store: IndexStore, generation: int) -> None:
+    def __init__(self, vs: VectorStore, store: IndexStore, generation: int, keep_empty: bool = False) -> None:
         self.vs, self.store, self.generation = vs, store, generation
+        self.keep_empty = keep_empty  # an empty index still gets every collection, for inserts to fill
         self.collections: dict[str, str] = {}
         self._pending: list[tuple[str, list[str], np.ndarray, str, list[int] | None]] = []
 
     def add(self, kind: str, ids: list[str], vectors: np.ndarray, metric: str = "IP",
             layers: list[int] | None = None) -> None:
-        """Queue one kind's rows for `write`; a kind without rows gets no collection."""
-        if ids:
+        """Queue one kind's rows for `write`; a kind without rows gets no collection unless `keep_empty`."""
+        if ids or self.keep_empty:
             self._pending.append((kind, ids, vectors, metric, layers))
 
     def write(self) -> None:
@@ -129,7 +130,8 @@ class CollectionWriter:
     def _write_one(self, name: str, ids: list[str], vectors: np.ndarray, metric: str,
                    layers: list[int] | None) -> None:
         self.vs.create(name, int(vectors.shape[1]), metric)  # type: ignore[arg-type]
-        self.vs.fill(name, ids, vectors, self.generation, layers)
+        if ids:
+            self.vs.fill(name, ids, vectors, self.generation, layers)
         self.vs.seal(name)
 
     def drop_all(self) -> None:

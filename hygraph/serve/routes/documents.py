@@ -18,8 +18,9 @@ from hygraph.input_rules import MAX_ID_CHARS, check_id
 from hygraph.model import Document
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.http import ApiError
-from hygraph.serve.routes import gateway, read_access, status_access, write_access
+from hygraph.serve.routes import gateway, index_path, reader, status_reader, writer
 from hygraph.serve.schemas import DocumentsRequest, id_rule
+from hygraph.serve.tenants import Tenant
 
 
 
@@ -69,59 +70,72 @@ def after_cursor(cursor: str) -> str:
         raise ApiError(422, "invalid_field", "cursor: not a cursor a page of GET /v1/documents gave out") from None
 
 
-@router.post("/v1/documents", status_code=202, dependencies=[Depends(write_access)])
-async def add_documents(body: DocumentsRequest, gw: Gateway = Depends(gateway)) -> Any:
+NAMED = [Depends(index_path)]
+
+
+@router.post("/v1/documents", status_code=202)
+@router.post("/v1/indexes/{name}/documents", status_code=202, dependencies=NAMED)
+async def add_documents(body: DocumentsRequest, ix: Tenant = Depends(writer), gw: Gateway = Depends(gateway)) -> Any:
     limit = gw.cfg.serve.max_documents_per_request
     if len(body.documents) > limit:
         raise ApiError(413, "too_large", f"documents: {len(body.documents)} exceeds the limit of {limit} per request")
     docs = [Document.make(d.text, id=d.id, title=d.title, metadata=d.metadata) for d in body.documents]
+    await gw.admit_insert(ix, len(docs))
     payload = {"documents": [{"id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata} for d in docs]}
-    job = await asyncio.to_thread(gw.journal.append, "insert", payload)
+    job = await asyncio.to_thread(ix.journal.append, "insert", payload)
     gw.metrics.ingest.inc(tags={"op": "insert"})
+    await gw.ensure_updater(ix)
     return JSONResponse({"job_id": job.job_id, "accepted": len(docs), "ids": [d.id for d in docs]}, status_code=202)
 
 
-@router.get("/v1/documents", dependencies=[Depends(read_access)])
+@router.get("/v1/documents")
+@router.get("/v1/indexes/{name}/documents", dependencies=NAMED)
 async def list_documents(limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
                          cursor: Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR_CHARS)] = None,
                          offset: Annotated[int | None, Query(ge=0)] = None,
-                         gw: Gateway = Depends(gateway)) -> Any:
+                         ix: Tenant = Depends(reader), gw: Gateway = Depends(gateway)) -> Any:
     """The documents the serving version holds, in id order: `{"documents": [{"id", "title", "chars",
     "chunks"}], "total", "next_cursor", "index_version"}`. Continue with `?cursor=<next_cursor>` (stable
     across updates) or page by `offset`."""
     if cursor is not None and offset is not None:
         raise ApiError(422, "invalid_field", "offset: give either cursor or offset, not both")
-    page = await gw.documents(limit, after_cursor(cursor) if cursor is not None else None, offset or 0)
+    page = await gw.documents(ix, limit, after_cursor(cursor) if cursor is not None else None, offset or 0)
     after = page.pop("next_after")
     return JSONResponse({**page, "next_cursor": cursor_of(after) if after is not None else None})
 
 
-@router.get("/v1/documents/{doc_id:any_id}", dependencies=[Depends(read_access)])
-async def get_document(request: Request, doc_id: DocIdPath, gw: Gateway = Depends(gateway)) -> Any:
+@router.get("/v1/documents/{doc_id:any_id}")
+@router.get("/v1/indexes/{name}/documents/{doc_id:any_id}", dependencies=NAMED)
+async def get_document(request: Request, doc_id: DocIdPath, ix: Tenant = Depends(reader),
+                       gw: Gateway = Depends(gateway)) -> Any:
     """`{"id", "title", "text", "chars", "chunks", "index_version"}` of a document the serving version holds."""
     _exact_path(request)
-    doc = await gw.document(doc_id)
+    doc = await gw.document(ix, doc_id)
     if doc is None:
         raise ApiError(404, "not_found", "doc_id: no document with this id in the index")
     return JSONResponse(doc)
 
 
-@router.delete("/v1/documents/{doc_id:any_id}", status_code=202, dependencies=[Depends(write_access)])
-async def delete_document(request: Request, doc_id: DocIdPath, gw: Gateway = Depends(gateway)) -> Any:
+@router.delete("/v1/documents/{doc_id:any_id}", status_code=202)
+@router.delete("/v1/indexes/{name}/documents/{doc_id:any_id}", status_code=202, dependencies=NAMED)
+async def delete_document(request: Request, doc_id: DocIdPath, ix: Tenant = Depends(writer),
+                          gw: Gateway = Depends(gateway)) -> Any:
     """404 unless the index holds the document or a queued insert adds it: a delete is never a silent no-op."""
     _exact_path(request)
-    if not await gw.holds(doc_id):
+    if not await gw.holds(ix, doc_id):
         raise ApiError(404, "not_found", "doc_id: no document with this id in the index or queued for insertion")
-    job = await asyncio.to_thread(gw.journal.append, "delete", {"ids": [doc_id]})
+    job = await asyncio.to_thread(ix.journal.append, "delete", {"ids": [doc_id]})
     gw.metrics.ingest.inc(tags={"op": "delete"})
+    await gw.ensure_updater(ix)
     return JSONResponse({"job_id": job.job_id}, status_code=202)
 
 
-@router.get("/v1/jobs/{job_id}", dependencies=[Depends(status_access)])
-async def job(job_id: JobId, gw: Gateway = Depends(gateway)) -> Any:
+@router.get("/v1/jobs/{job_id}")
+@router.get("/v1/indexes/{name}/jobs/{job_id}", dependencies=NAMED)
+async def job(job_id: JobId, ix: Tenant = Depends(status_reader), gw: Gateway = Depends(gateway)) -> Any:
     """`done` once the version holding the job is published, with that `index_version`: a query with
     `min_index_version` set to it (the client does this) is answered from it or a newer one."""
-    body = await gw.job_status(job_id)
+    body = await gw.job_status(ix, job_id)
     if body is None:
         raise ApiError(404, "not_found", "job_id: no such job")
     return JSONResponse(body)

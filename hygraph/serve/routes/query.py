@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -11,12 +12,15 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from hygraph.input_rules import check_nonblank_text
+from hygraph.serve.access import Principal
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.http import ApiError, as_api_error, error_body
-from hygraph.serve.routes import gateway, read_access
+from hygraph.serve.routes import caller, gateway, index_path, reader
 from hygraph.serve.schemas import ChatRequest, QueryRequest
+from hygraph.serve.tenants import Tenant
+from hygraph.store.registry import DEFAULT_INDEX
 
-router = APIRouter(dependencies=[Depends(read_access)], tags=["questions"])
+router = APIRouter(tags=["questions"])
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -49,8 +53,9 @@ def _guarded(gw: Gateway, events: AsyncIterator[bytes], endpoint: str,
 
 
 @router.post("/v1/query")
-async def query(body: QueryRequest, gw: Gateway = Depends(gateway)) -> Any:
-    req = gw.request(body.question, body.mode, body.top_k, body.min_index_version)
+@router.post("/v1/indexes/{name}/query", dependencies=[Depends(index_path)])
+async def query(body: QueryRequest, ix: Tenant = Depends(reader), gw: Gateway = Depends(gateway)) -> Any:
+    req = gw.request(ix, body.question, body.mode, body.top_k, body.min_index_version)
     if not body.stream:
         return JSONResponse(await gw.query(req))
 
@@ -62,18 +67,39 @@ async def query(body: QueryRequest, gw: Gateway = Depends(gateway)) -> Any:
                              media_type="text/event-stream")
 
 
+def _default_models(gw: Gateway) -> set[str]:
+    """The default index's model names: `hygraph` and its directory's name (unless a named index has it)."""
+    return {"hygraph"} | ({gw.index_name} if not gw.registry.exists(gw.index_name) else set())
+
+
 @router.get("/v1/models")
-async def models(gw: Gateway = Depends(gateway)) -> Any:
-    """The OpenAI model list: the index, under `hygraph` and under its directory's name."""
-    created = int(gw.store.root.stat().st_mtime)
-    return {"object": "list", "data": [{"id": name, "object": "model", "created": created, "owned_by": "hygraph"}
-                                       for name in sorted({"hygraph", gw.index_name})]}
+async def models(who: Principal = Depends(caller), gw: Gateway = Depends(gateway)) -> Any:
+    """The OpenAI model list: the indexes this key may read; the default index as `hygraph` and under its
+    directory's name, each named index under its name."""
+    names = await asyncio.to_thread(gw.registry.names)
+    ids: dict[str, str] = {}
+    for name in names:
+        if who.may(name, "read"):
+            for model in (_default_models(gw) if name == DEFAULT_INDEX else {name}):
+                ids[model] = name
+    if not ids and who.kind == "anonymous":
+        raise ApiError(401, "unauthorized", "authorization: missing `Bearer <key>` header",
+                       {"WWW-Authenticate": "Bearer"})
+    created = {name: int(gw.registry.path(name).stat().st_mtime) for name in set(ids.values())}
+    return {"object": "list", "data": [{"id": model, "object": "model", "created": created[ids[model]],
+                                        "owned_by": "hygraph"} for model in sorted(ids)]}
 
 
 @router.post("/v1/chat/completions")
-async def chat(body: ChatRequest, gw: Gateway = Depends(gateway)) -> Any:
-    if body.model not in ("hygraph", gw.index_name):
-        raise ApiError(404, "model_not_found", "model: not served here (GET /v1/models lists the models)")
+async def chat(body: ChatRequest, who: Principal = Depends(caller), gw: Gateway = Depends(gateway)) -> Any:
+    """`model` names the index: `hygraph` (or the default index's directory name) or a named index."""
+    index = DEFAULT_INDEX if body.model in _default_models(gw) else body.model
+    try:
+        ix = gw.tenant(index, who, "read")
+    except ApiError as err:
+        if err.status != 404:
+            raise
+        raise ApiError(404, "model_not_found", "model: not served here (GET /v1/models lists the models)") from None
     users = [i for i, m in enumerate(body.messages) if m.role == "user"]
     if not users:
         raise ApiError(422, "invalid_field", "messages: no message with role 'user'")
@@ -81,7 +107,7 @@ async def chat(body: ChatRequest, gw: Gateway = Depends(gateway)) -> Any:
     question = check_nonblank_text(body.messages[users[-1]].text(), f"messages.{users[-1]}.content",
                                    gw.cfg.serve.max_question_chars)
     opts = body.options()
-    req = gw.request(question, opts.mode, opts.top_k, opts.min_index_version)
+    req = gw.request(ix, question, opts.mode, opts.top_k, opts.min_index_version)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if not body.stream:
         out = await gw.query(req)

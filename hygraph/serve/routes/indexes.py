@@ -1,0 +1,121 @@
+"""Indexes and keys (CONTRACT.md, "Indexes and keys"): `POST/GET /v1/indexes`, `GET/DELETE
+/v1/indexes/{name}`, `POST /v1/keys`, `DELETE /v1/keys/{key_id}`. Making and deleting indexes and
+keys needs an admin key; listing shows only the indexes the caller may read."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Path
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from hygraph.cluster import indexes
+from hygraph.errors import StoreError
+from hygraph.serve.access import Principal, denied, not_found
+from hygraph.serve.gateway import Gateway
+from hygraph.serve.http import ApiError
+from hygraph.serve.routes import IndexName, caller, gateway
+from hygraph.store.registry import DEFAULT_INDEX, NAME_PATTERN, IndexExists
+
+router = APIRouter(tags=["indexes and keys"])
+# How long POST /v1/indexes waits for the new index's empty first version before answering, as a share of
+# the proxy's request timeout (it answers 201 either way: until the version lands, queries to the index
+# get 503 index_not_ready with Retry-After, and inserts are journaled as usual).
+READY_WAIT_SHARE = 0.5
+MAX_KEY_INDEXES = 1000
+
+
+class CreateIndex(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN,
+                      description="1-64 of a-z, 0-9 and '-', starting with a letter")
+
+
+class CreateKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rights: dict[Annotated[str, Field(min_length=1, max_length=64, pattern=NAME_PATTERN)],
+                 Annotated[list[Literal["read", "write", "admin"]], Field(min_length=1, max_length=3)]] = Field(
+        max_length=MAX_KEY_INDEXES, description="index name -> its rights (read, write, admin)")
+    name: str = Field("", max_length=200, description="what the key is for (shown in nothing but the key file)")
+
+
+@router.post("/v1/indexes", status_code=201)
+async def create_index(body: CreateIndex, who: Principal = Depends(caller), gw: Gateway = Depends(gateway)) -> Any:
+    gw.access.require_admin(who)
+    try:
+        path = await asyncio.to_thread(gw.registry.reserve, body.name)
+    except IndexExists as exc:
+        raise ApiError(409, "exists", str(exc)) from None
+    gw.forget(body.name)
+    await asyncio.to_thread(indexes.create, gw.tenant(body.name, who, "admin").cfg, path)
+    deadline = time.monotonic() + READY_WAIT_SHARE * gw.cfg.serve.request_timeout_s
+    while time.monotonic() < deadline and (await asyncio.to_thread(gw.registry.info, body.name)).index_version == 0:
+        await asyncio.sleep(0.25)
+    return JSONResponse({"name": body.name, "created": int(time.time())}, status_code=201)
+
+
+@router.get("/v1/indexes")
+async def list_indexes(who: Principal = Depends(caller), gw: Gateway = Depends(gateway)) -> Any:
+    """The indexes this key may read: `{"indexes": [{"name", "documents", "index_version"}]}`."""
+    if who.kind == "anonymous" and not who.may(DEFAULT_INDEX, "read"):
+        raise denied(who, DEFAULT_INDEX, "read")
+    names = [n for n in await asyncio.to_thread(gw.registry.names) if who.may(n, "read")]
+    out = []
+    for name in names:
+        try:
+            info = await asyncio.to_thread(gw.registry.info, name)
+        except (StoreError, OSError):
+            continue  # deleted between the listing and now
+        out.append({"name": info.name, "documents": info.documents, "index_version": info.index_version})
+    return JSONResponse({"indexes": out})
+
+
+@router.get("/v1/indexes/{name}")
+async def get_index(name: IndexName, who: Principal = Depends(caller), gw: Gateway = Depends(gateway)) -> Any:
+    """`{"name", "documents", "index_version", "bytes"}`; bytes: the index's files, not its vectors."""
+    gw.tenant(name, who, "read")
+    try:
+        info = await asyncio.to_thread(gw.registry.info, name)
+    except (StoreError, OSError):
+        raise not_found(name) from None
+    return JSONResponse({"name": info.name, "documents": info.documents, "index_version": info.index_version,
+                         "bytes": info.bytes})
+
+
+@router.delete("/v1/indexes/{name}", status_code=202)
+async def delete_index(name: IndexName, who: Principal = Depends(caller), gw: Gateway = Depends(gateway)) -> Any:
+    """Removes the index's versions, journal, collections and caches, and every key's rights on it; nothing
+    of any other index. The name is free at once; the removal itself runs in the background."""
+    tenant = gw.tenant(name, who, "admin")
+    if name == DEFAULT_INDEX:
+        raise ApiError(422, "invalid_field", "name: the default index is the service's own and cannot be deleted")
+    try:
+        detached = await asyncio.to_thread(gw.registry.detach, name)
+    except StoreError:
+        raise not_found(name) from None
+    gw.forget(name)
+    await asyncio.to_thread(gw.access.store.drop_index, name)
+    await asyncio.to_thread(indexes.remove, tenant.cfg, tenant.path, detached)
+    return JSONResponse({"job_id": uuid.uuid4().hex}, status_code=202)
+
+
+@router.post("/v1/keys", status_code=201)
+async def create_key(body: CreateKey, who: Principal = Depends(caller), gw: Gateway = Depends(gateway)) -> Any:
+    """`{"key", "key_id"}`: the key is shown here once; the service keeps only its hash."""
+    gw.access.require_admin(who)
+    rights = {index: tuple(dict.fromkeys(r)) for index, r in body.rights.items()}
+    key, stored = await asyncio.to_thread(gw.access.store.create, rights, body.name)
+    return JSONResponse({"key": key, "key_id": stored.key_id}, status_code=201)
+
+
+@router.delete("/v1/keys/{key_id}", status_code=204, response_class=Response, response_model=None)
+async def delete_key(key_id: Annotated[str, Path(min_length=1, max_length=64)], who: Principal = Depends(caller),
+                     gw: Gateway = Depends(gateway)) -> Any:
+    gw.access.require_admin(who)
+    if not await asyncio.to_thread(gw.access.store.delete, key_id):
+        raise ApiError(404, "not_found", "key_id: no such key")
+    return Response(status_code=204)

@@ -1,0 +1,38 @@
+"""One index as the ingress sees it: its journal, its versions, its updater's name, and the
+read-your-writes floor of this ingress replica for it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hygraph.cluster.names import updater_name
+from hygraph.config import HygraphConfig
+from hygraph.store.journal import Journal
+from hygraph.store.versions import IndexStore
+
+
+@dataclass
+class Tenant:
+    name: str
+    path: Path
+    cfg: HygraphConfig  # the service's config, sharing its vector store server for a named index
+    journal: Journal
+    store: IndexStore
+    updater_name: str
+    updater_checked: float = float("-inf")  # when this replica last made sure the updater runs
+    _floor: int = 0  # the highest version a job status from this replica has called done
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def open(cls, name: str, path: Path, cfg: HygraphConfig) -> "Tenant":
+        return cls(name, path, cfg, Journal(path), IndexStore(path), updater_name(path))
+
+    @property
+    def floor(self) -> int:
+        return self._floor
+
+    def raise_floor(self, version: int) -> None:
+        with self._lock:
+            self._floor = max(self._floor, version)

@@ -1,0 +1,152 @@
+"""Indexes and keys without a server: the registry's names and directories, the key store, and who may
+do what (serve/access.py). The routes over them run against the real stack in test_tenants.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hygraph.config import ServeConfig
+from hygraph.errors import InputError, StoreError
+from hygraph.serve.access import Access
+from hygraph.serve.http import ApiError
+from hygraph.store.keys import KeyStore, digest
+from hygraph.store.registry import DEFAULT_INDEX, IndexExists, IndexRegistry, check_name
+
+
+@pytest.mark.parametrize("name", ["a", "team-1", "x" * 64, "a-b-c9"])
+def test_index_names_that_are_allowed(name):
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "A", "1abc", "-a", "a" * 65, "../x", "a/b", "a.b", "a b", "é", "a\n",
+                                  ".deleting-x", "a_b", "a\u200b"])
+def test_index_names_that_are_refused(name):
+    with pytest.raises(InputError, match="name"):
+        check_name(name)
+
+
+def test_the_registry_makes_lists_and_detaches_indexes(tmp_path):
+    reg = IndexRegistry(tmp_path)
+    assert reg.names() == [DEFAULT_INDEX]
+    path = reg.reserve("team-a")
+    assert path == tmp_path / "indexes" / "team-a" and (path / "index.json").is_file()
+    with pytest.raises(IndexExists):
+        reg.reserve("team-a")
+    with pytest.raises(IndexExists):
+        reg.reserve(DEFAULT_INDEX)
+    reg.reserve("b")
+    assert reg.names() == [DEFAULT_INDEX, "b", "team-a"]
+    assert reg.info("b").documents == 0 and reg.info("b").index_version == 0
+    hidden = reg.detach("team-a")
+    assert not reg.exists("team-a") and reg.names() == [DEFAULT_INDEX, "b"]
+    assert reg.detached() == [hidden]
+    reg.reserve("team-a")  # the name is free at once
+    reg.purge(hidden)
+    assert reg.detached() == []
+    with pytest.raises(StoreError):
+        reg.detach("nope")
+    assert not reg.exists("../indexes/b") and not reg.exists("B")
+
+
+def test_the_key_file_holds_hashes_only_and_revocation_is_seen_by_another_reader(tmp_path):
+    path = tmp_path / "keys.json"
+    writer, reader = KeyStore(path), KeyStore(path)
+    key, stored = writer.create({"a": ("read",)}, "ci")
+    assert key not in path.read_text() and digest(key) in json.loads(path.read_text())
+    assert reader.lookup(key).rights == {"a": ("read",)}
+    assert reader.lookup(key + "x") is None
+    writer.drop_index("a")
+    assert reader.lookup(key).rights == {}
+    assert writer.delete(stored.key_id) and not writer.delete(stored.key_id)
+    assert reader.lookup(key) is None and reader.empty()
+
+
+def _access(tmp_path, **serve) -> Access:
+    return Access(ServeConfig(**serve), "local", tmp_path / "keys.json")
+
+
+def test_with_no_key_anywhere_everything_but_admin_is_open(tmp_path):
+    who = _access(tmp_path).principal("")
+    assert who.may("team-a", "write") and who.may(DEFAULT_INDEX, "status") and not who.may("team-a", "admin")
+
+
+def test_scoped_keys_see_only_their_indexes(tmp_path):
+    access = _access(tmp_path, admin_keys=["adm"], api_keys=["svc"])
+    reader_key, _ = access.store.create({"a": ("read",)})
+    owner_key, _ = access.store.create({"b": ("admin",)})
+    reader, owner = access.principal(f"Bearer {reader_key}"), access.principal(f"Bearer {owner_key}")
+    assert reader.may("a", "read") and reader.may("a", "status") and not reader.may("a", "write")
+    assert not reader.knows("b") and not reader.knows(DEFAULT_INDEX)
+    assert owner.may("b", "write") and owner.may("b", "admin") and not owner.knows("a")
+    assert access.principal("Bearer svc").may("b", "write") and not access.principal("Bearer svc").may("b", "admin")
+    assert access.principal("Bearer adm").may("anything", "admin")
+
+
+def test_without_a_key_a_configured_service_reads_only_the_default_index(tmp_path):
+    anon = _access(tmp_path, api_keys=["svc"]).principal("")
+    assert anon.may(DEFAULT_INDEX, "read") and not anon.may(DEFAULT_INDEX, "write")
+    assert not anon.may(DEFAULT_INDEX, "status") and not anon.may("a", "read")
+    strict = _access(tmp_path, api_keys=["svc"], require_key_for_reads=True).principal("")
+    assert not strict.may(DEFAULT_INDEX, "read")
+
+
+@pytest.mark.parametrize("header", ["Bearer wrong", "Basic svc", "Bearer ", "svc"])
+def test_a_key_the_service_does_not_know_is_401(tmp_path, header):
+    with pytest.raises(ApiError) as err:
+        _access(tmp_path, api_keys=["svc"]).principal(header)
+    assert err.value.status == 401
+
+
+def test_admin_routes_need_an_admin_key(tmp_path):
+    access = _access(tmp_path, admin_keys=["adm"], api_keys=["svc"])
+    access.require_admin(access.principal("Bearer adm"))
+    for header, status in (("", 401), ("Bearer svc", 403)):
+        with pytest.raises(ApiError) as err:
+            access.require_admin(access.principal(header))
+        assert err.value.status == status
+
+
+def test_admin_keys_come_from_the_environment_too(tmp_path, monkeypatch):
+    monkeypatch.setenv("HYGRAPH_ADMIN_KEYS", " k1 , ,k2")
+    access = _access(tmp_path)
+    assert access.principal("Bearer k2").kind == "admin" and access.configured()
+
+
+@pytest.mark.parametrize("name", ["../etc", "Team", "a/b", ""])
+def test_the_cli_refuses_a_bad_index_name_with_status_2(tmp_path, capsys, name):
+    from hygraph.cli import main
+
+    assert main(["query", "--index-dir", str(tmp_path), "--index", name, "q"]) == 2
+    assert "--index" in capsys.readouterr().err
+
+
+def test_a_query_quota_refills_at_its_rate(monkeypatch):
+    from hygraph.config import QuotaConfig
+    from hygraph.serve import quotas as q
+
+    clock = [100.0]
+    monkeypatch.setattr(q.time, "monotonic", lambda: clock[0])
+    quotas = q.Quotas(QuotaConfig(max_qps=2))
+    quotas.admit_query("a")
+    quotas.admit_query("a")
+    with pytest.raises(ApiError) as err:
+        quotas.admit_query("a")
+    assert err.value.status == 429 and err.value.headers["Retry-After"] == "1"
+    quotas.admit_query("b")  # another index has its own bucket
+    clock[0] += 0.5
+    quotas.admit_query("a")
+
+
+def test_insert_quotas_count_documents_and_bytes():
+    from hygraph.config import QuotaConfig
+    from hygraph.serve.quotas import Quotas
+    from hygraph.store.registry import IndexInfo
+
+    quotas = Quotas(QuotaConfig(max_documents=10, max_bytes=1000))
+    quotas.admit_insert("a", 2, lambda: IndexInfo("a", 8, 3, 10))
+    with pytest.raises(ApiError, match="documents"):
+        quotas.admit_insert("a", 3, lambda: IndexInfo("a", 8, 3, 10))
+    with pytest.raises(ApiError, match="bytes"):
+        quotas.admit_insert("b", 1, lambda: IndexInfo("b", 0, 1, 1000))
