@@ -212,6 +212,9 @@ class UpdatesConfig(Section):
     # one-line insert behind a large document waits ~2-4 s for a slice of 2 (9 s measured with slices of 4).
     slice_chunks: int = Field(2, ge=1)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
+    # A named index's updater (one per index, mostly idle) reserves this share: with the default index's
+    # share each, a service on a small node could not start the updater of its fifth index.
+    named_num_cpus: float = Field(0.0, ge=0)
     # Compaction (when the journal is idle): an artifact's delta segments are merged into one past this
     # many, and everything into one segment once its oldest (merged) delta outweighs this share of the base.
     compact_max_segments: int = Field(8, ge=2)

@@ -201,7 +201,8 @@ def start_updater(cfg: HygraphConfig, index_dir: str | Path, create_empty: bool 
     `create_empty` (a named index): it writes the index's empty first version when there is none."""
     import ray
 
-    remote = ray.remote(num_cpus=cfg.updates.num_cpus, max_restarts=-1, max_concurrency=4)(OnlineUpdater)
+    share = cfg.updates.named_num_cpus if create_empty else cfg.updates.num_cpus
+    remote = ray.remote(num_cpus=share, max_restarts=-1, max_concurrency=4)(OnlineUpdater)
     return remote.options(name=updater_name(index_dir), namespace="hygraph", lifetime="detached",
                           get_if_exists=True).remote(cfg.model_dump(), str(Path(index_dir).resolve()), create_empty)
 
