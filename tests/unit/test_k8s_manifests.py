@@ -283,7 +283,8 @@ def test_ray_pods_get_config_index_and_secrets(target):
         assert data == "hygraph-data", group
         env = {e["name"]: e for e in container["env"]}
         refs = {n: e["valueFrom"]["secretKeyRef"] for n, e in env.items() if "valueFrom" in e}
-        assert set(refs) == {"HYGRAPH__VECTOR_STORE__URI", cfg.vector_store.token_env, cfg.serve.api_keys_env}
+        assert set(refs) == {"HYGRAPH__VECTOR_STORE__URI", cfg.vector_store.token_env, cfg.serve.api_keys_env,
+                             cfg.serve.admin_keys_env}
         assert all(r["name"] == SECRET for r in refs.values())
         assert env["HF_HUB_OFFLINE"]["value"] == "1"
         if target == "gpu":
