@@ -54,6 +54,12 @@ class EmbedderConfig(Section):
     num_gpus: float = Field(0.0, ge=0)
     # A directory of vectors by (model, text): re-indexing the same texts embeds nothing again (benchmarks)
     cache_dir: Optional[str] = None
+    # What runs a transformer model on CPU: "onnx" (ONNX Runtime, the graph exported once per machine into
+    # onnx_dir; same vectors, about half the CPU, no torch in the process), "torch" (sentence-transformers),
+    # "auto": onnx for a CPU device where the model qualifies (Transformer -> mean Pooling) and float32
+    # arithmetic, else torch. GPUs and bfloat16 run in torch.
+    runtime: Literal["auto", "torch", "onnx"] = "auto"
+    onnx_dir: str = ""  # "": ~/.cache/hygraph/onnx
 
 
 class LLMConfig(Section):

@@ -232,13 +232,35 @@ class CachedEmbedder:
 
 def make_embedder(cfg: EmbedderConfig, threads: float | None = None) -> Embedder:
     path = model_path(cfg)
-    model: Embedder = (StaticEmbedder(path) if is_static_model(path)
-                       else SentenceTransformerEmbedder(cfg, threads=threads))
+    model: Embedder
+    if is_static_model(path):
+        model = StaticEmbedder(path)
+    elif _runs_in_onnx(cfg, path):
+        from hygraph.backends.onnx_embedder import OnnxEmbedder
+
+        model = OnnxEmbedder(cfg, path, threads=threads)
+    else:
+        model = SentenceTransformerEmbedder(cfg, threads=threads)
     if cfg.cache_dir is None:
         return model
     # float32 keys are those of caches written before bfloat16 existed.
     return CachedEmbedder(model, Path(cfg.cache_dir), f"{model_path(cfg).resolve()}|{model.max_seq_length}"
                           + ("" if model.precision == "float32" else f"|{model.precision}"))
+
+
+def _runs_in_onnx(cfg: EmbedderConfig, path: Path) -> bool:
+    if cfg.runtime == "torch":
+        return False
+    from hygraph.backends.onnx_embedder import exportable
+
+    if cfg.runtime == "onnx":
+        return True  # OnnxEmbedder says why a model does not qualify
+    import importlib.util
+
+    # `auto` devices are judged without importing torch (what this runtime saves): an NVIDIA device node means a GPU.
+    device = cfg.device if cfg.device != "auto" else ("cuda" if Path("/dev/nvidia0").exists() else "cpu")
+    return (importlib.util.find_spec("onnxruntime") is not None and exportable(path)
+            and device == "cpu" and resolve_precision(cfg.precision, "cpu") == "float32")
 
 
 class Tokenizer:

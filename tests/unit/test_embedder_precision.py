@@ -34,7 +34,7 @@ def test_bfloat16_vectors_match_float32_ones():
     texts = ["Which magazine was started first, Arthur's Magazine or First for Women?",
              "Arthur's Magazine (1844-1846) was an American literary periodical published in Philadelphia. " * 12,
              "東京 is the capital of Japan.", "x"]
-    full = make_embedder(EmbedderConfig(precision="float32", device="cpu"))
+    full = make_embedder(EmbedderConfig(precision="float32", device="cpu", runtime="torch"))
     half = make_embedder(EmbedderConfig(precision="bfloat16", device="cpu"))
     assert (full.precision, half.precision) == ("float32", "bfloat16")
     a, b = full.encode(texts), half.encode(texts)
@@ -48,9 +48,45 @@ def test_encode_gives_sentence_transformers_vectors_in_input_order():
     texts = ["x", "Arthur's Magazine (1844-1846) was an American literary periodical. " * 40,
              "Which magazine was started first?", "東京 is the capital of Japan.",
              "Teutberga (died 11 November 875) was a queen of Lotharingia by marriage to Lothair II.", "a b"]
-    embedder = make_embedder(EmbedderConfig(precision="float32", device="cpu", batch_size=2))
+    embedder = make_embedder(EmbedderConfig(precision="float32", device="cpu", batch_size=2, runtime="torch"))
     ours = embedder.encode(texts)  # three slices, each sorted by length
     reference = embedder.model.encode(texts, normalize_embeddings=True)
     assert ours.dtype == np.float32 and ours.shape == (len(texts), embedder.dim) and ours.flags.c_contiguous
     assert (ours * reference).sum(axis=1).min() >= 0.99999
     assert embedder.encode([]).shape == (0, embedder.dim)
+
+
+def test_the_onnx_runtime_gives_the_torch_vectors_without_torch_arithmetic():
+    """The CPU default (embedder.runtime auto -> onnx): the exported graph, the model's own tokenizer (truncated at
+    its 256 tokens), mean pooling over the mask and normalization give sentence-transformers' vectors."""
+    from hygraph.backends.onnx_embedder import OnnxEmbedder
+
+    texts = ["x", "Arthur's Magazine (1844-1846) was an American literary periodical. " * 40,
+             "Which magazine was started first?", "東京 is the capital of Japan.", "a b"]
+    onnx = make_embedder(EmbedderConfig(precision="float32", device="cpu", batch_size=2))
+    torch_model = make_embedder(EmbedderConfig(precision="float32", device="cpu", runtime="torch"))
+    assert isinstance(onnx, OnnxEmbedder) and (onnx.dim, onnx.max_seq_length) == (384, 256)
+    a, b = onnx.encode(texts), torch_model.encode(texts)
+    assert a.dtype == np.float32 and a.shape == b.shape and (a * b).sum(axis=1).min() > 0.99999
+    assert onnx.encode([]).shape == (0, 384)
+
+
+def test_only_mean_pooled_transformers_run_in_onnx(tmp_path):
+    import json
+
+    from hygraph.backends.onnx_embedder import exportable
+
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "1_Pooling").mkdir()
+    modules = [{"path": "", "type": "sentence_transformers.models.Transformer"},
+               {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    pooling = {"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False}
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    assert exportable(tmp_path)
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "pooling_mode_cls_token": True}))
+    assert not exportable(tmp_path)
+    (tmp_path / "modules.json").write_text(json.dumps(modules[:1]))
+    assert not exportable(tmp_path)
