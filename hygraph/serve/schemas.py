@@ -44,6 +44,11 @@ class QueryRequest(BaseModel):
     stream: StrictBool = False
     # Read-your-writes: answer from this index version or a newer one (a done job's `index_version`).
     min_index_version: Optional[StrictInt] = Field(None, ge=0)
+    # Passages only from documents whose metadata matches: {"key": scalar, "key2": [scalar, ...]}, keys ANDed,
+    # a list meaning any of its values (input_rules.check_filter, core/retrieval/filter.py).
+    filter: Optional[dict[str, Any]] = Field(None, description=(
+        "Metadata filter: top-level metadata key -> a string, number, boolean or null (equal), or a list of them "
+        "(any of them); every key must match."))
 
 
 class ContentPart(BaseModel):

@@ -50,7 +50,7 @@ def _guarded(gw: Gateway, events: AsyncIterator[bytes], endpoint: str,
 
 @router.post("/v1/query")
 async def query(body: QueryRequest, gw: Gateway = Depends(gateway)) -> Any:
-    req = gw.request(body.question, body.mode, body.top_k, body.min_index_version)
+    req = gw.request(body.question, body.mode, body.top_k, body.min_index_version, body.filter)
     if not body.stream:
         return JSONResponse(await gw.query(req))
 
