@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -28,7 +28,7 @@ from hygraph.core.retrieval.collapsed import collapsed
 from hygraph.core.retrieval.context import Context, ContextItem, Hits, Search, SearchRequest
 from hygraph.core.retrieval.dense import dense
 from hygraph.core.retrieval.filter import MetadataIndex, PassageFilter
-from hygraph.core.retrieval.filtered import FilteredSearch, fill, restrict
+from hygraph.core.retrieval.filtered import run_filtered
 from hygraph.core.retrieval.hybrid import hybrid
 from hygraph.core.retrieval.hyperbolic import hyperbolic
 from hygraph.core.retrieval.hypergraph import hypergraph
@@ -177,10 +177,8 @@ class QueryEngine:
             allowed = loaded.passage_filter(flt)
             if not allowed.docs:
                 return Context(notes={"filter": {"documents": 0, "filled": 0}})
-            view = replace(loaded.view, passage_filter=allowed)
-            search = FilteredSearch(self._searcher(loaded), view)
-            ctx = self._retrieve(question, query_vec, mode, k, loaded, view, search)
-            ctx = fill(restrict(ctx, allowed), query_vec, k, search, view)
+            ctx = run_filtered(lambda view, search: self._retrieve(question, query_vec, mode, k, loaded, view, search),
+                               loaded.view, self._searcher(loaded), allowed, query_vec, k)
         metadata = loaded.view.doc_metadata
         for p in ctx.passages:
             p.metadata = json.loads(metadata.get(p.id) or "{}")

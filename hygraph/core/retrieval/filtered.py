@@ -99,6 +99,16 @@ def restrict(ctx: Context, allowed: PassageFilter) -> Context:
                    passages=[p for p in ctx.passages if p.id in allowed.docs], notes=ctx.notes)
 
 
+def run_filtered(mode: Callable[[IndexView, Search], Context], view: IndexView, search: Search,
+                 allowed: PassageFilter, query_vec: np.ndarray, k: int) -> Context:
+    """A mode (called with the view and search to use) under a filter: over the filtered view and search, its
+    context restricted and its passages filled up to k (see the module docstring)."""
+    filtered_view = replace(view, passage_filter=allowed)
+    filtered_search = FilteredSearch(search, filtered_view)
+    ctx = restrict(mode(filtered_view, filtered_search), allowed)
+    return fill(ctx, query_vec, k, filtered_search, filtered_view)
+
+
 def fill(ctx: Context, query_vec: np.ndarray, k: int, search: FilteredSearch, view: IndexView) -> Context:
     """Up to k passages: the allowed passages nearest the query that the mode did not reach, after its own,
     each with its best chunk; `notes["filter"]["filled"]` counts them."""
