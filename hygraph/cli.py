@@ -61,6 +61,7 @@ def readable_answer(result: dict[str, Any], width: int = 100) -> str:
     lines += ["", f"Passages ({result['mode']}, index version {result['index_version']}"
               + (f", {total:.0f} ms" if total is not None else "") + "):"]
     lines += [f"  {n}. {p['title'] or p['id']}  [{p['id']}]  score {p['score']:.3f}"
+              + (f"  {json.dumps(p['metadata'], ensure_ascii=False)}" if p.get("metadata") else "")
               for n, p in enumerate(result["passages"], 1)]
     return "\n".join(lines)
 
@@ -73,6 +74,20 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _filter(text: str) -> dict[str, Any]:
+    """`--filter`: a JSON object under the query filter's rules (input_rules.check_filter)."""
+    from hygraph.input_rules import check_filter
+
+    def not_json(constant: str) -> NoReturn:
+        raise ValueError(f"{constant} is not JSON")
+    try:
+        return check_filter(json.loads(text, parse_constant=not_json), "filter")
+    except ValueError as exc:  # json.JSONDecodeError too
+        raise argparse.ArgumentTypeError(f"not a JSON object ({exc})") from None
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _modes(text: str) -> str:
@@ -93,7 +108,7 @@ def cmd_query(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.engine import QueryEngine
     from hygraph.pipeline import QueryPipeline, QueryRequest
 
-    req = QueryRequest.make(cfg.retrieval, args.question, args.mode, args.k)
+    req = QueryRequest.make(cfg.retrieval, args.question, args.mode, args.k, filter=args.filter)
     engine = QueryEngine(cfg, args.index_dir)
     try:
         result = QueryPipeline(engine).run(req).to_json()
@@ -211,6 +226,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--index", default=None, metavar="NAME", help=INDEX_HELP)
     s.add_argument("--mode", default=None, choices=MODES, help="default: retrieval.mode of the config (hybrid)")
     s.add_argument("--k", type=_positive, default=None)
+    s.add_argument("--filter", type=_filter, default=None, metavar="JSON",
+                   help='passages only from documents whose metadata matches, e.g. \'{"lang": "en", "year": [2023, '
+                        '2024]}\' (README: Documents and metadata)')
     s.add_argument("question")
     s.set_defaults(run=cmd_query)
 

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import httpx
 
-from hygraph.input_rules import check_id
+from hygraph.input_rules import check_filter, check_id
 
 
 class ApiError(Exception):
@@ -46,13 +46,16 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def query(self, question: str, mode: str | None = None, top_k: int | None = None) -> dict[str, Any]:
-        return self._json("POST", self._at("/v1/query"), self._query_body(question, mode, top_k))
+    def query(self, question: str, mode: str | None = None, top_k: int | None = None,
+              filter: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: A002 - the API's field name
+        """The answer and its passages (each with its document's `metadata`); `filter` keeps the passages of
+        documents whose metadata matches (`{"key": value, "key2": [v1, v2]}`, README: Documents and metadata)."""
+        return self._json("POST", self._at("/v1/query"), self._query_body(question, mode, top_k, filter))
 
-    def query_stream(self, question: str, mode: str | None = None,
-                     top_k: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    def query_stream(self, question: str, mode: str | None = None, top_k: int | None = None,
+                     filter: dict[str, Any] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:  # noqa: A002
         """(event, data) pairs of the SSE stream: `token` events, then `done` (or `error`)."""
-        body = {**self._query_body(question, mode, top_k), "stream": True}
+        body = {**self._query_body(question, mode, top_k, filter), "stream": True}
         with self._http.stream("POST", self._at("/v1/query"), json=body) as resp:
             if resp.status_code >= 400:
                 resp.read()
@@ -140,8 +143,11 @@ class Client:
         except (httpx.TransportError, ValueError, AttributeError):
             return False
 
-    def _query_body(self, question: str, mode: str | None, top_k: int | None) -> dict[str, Any]:
+    def _query_body(self, question: str, mode: str | None, top_k: int | None,
+                    flt: dict[str, Any] | None) -> dict[str, Any]:
         body: dict[str, Any] = {"question": question}
+        if flt is not None:
+            body["filter"] = check_filter(flt, "filter")
         if mode is not None:
             body["mode"] = mode
         if top_k is not None:

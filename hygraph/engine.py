@@ -6,11 +6,13 @@ every mode behaves the same from the command line and over HTTP.
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -25,6 +27,8 @@ from hygraph.core.prompt import assemble_prompt
 from hygraph.core.retrieval.collapsed import collapsed
 from hygraph.core.retrieval.context import Context, ContextItem, Hits, Search, SearchRequest
 from hygraph.core.retrieval.dense import dense
+from hygraph.core.retrieval.filter import MetadataIndex, PassageFilter
+from hygraph.core.retrieval.filtered import run_filtered
 from hygraph.core.retrieval.hybrid import hybrid
 from hygraph.core.retrieval.hyperbolic import hyperbolic
 from hygraph.core.retrieval.hypergraph import hypergraph
@@ -35,6 +39,7 @@ from hygraph.core.retrieval.routing import routed_mode
 from hygraph.core.retrieval.view import IndexView, Points
 from hygraph.errors import InputError, VersionNotReady
 from hygraph.model import Chunk
+from hygraph.store.artifacts import DOCUMENTS
 from hygraph.store.catalog import Catalog
 from hygraph.store.versions import IndexStore, Version
 from hygraph.store.view_loader import load_view, release_freed_memory
@@ -52,6 +57,16 @@ class Loaded:
     collections: dict[str, str]
     version: Version
     catalog: Catalog  # its documents and counts, read back (GET /v1/documents, /v1/stats)
+
+    @cached_property
+    def metadata_index(self) -> MetadataIndex:
+        """Its documents' metadata postings, made by the first filtered query (one pass over the column)."""
+        return MetadataIndex.build((doc_id, text) for batch in self.version.table(DOCUMENTS).batches(["id", "metadata"])
+                                   for doc_id, text in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()))
+
+    def passage_filter(self, flt: Mapping[str, Any]) -> PassageFilter:
+        v = self.view
+        return PassageFilter.of(self.metadata_index.documents(flt), v.chunk_doc, v.doc_chunks)
 
 
 class VersionSearch:
@@ -150,17 +165,34 @@ class QueryEngine:
         [ex] = self.llm.extract([Chunk(id="query", doc_id="query", ordinal=0, text=question, n_tokens=0)])
         return [e.name for e in ex.entities]
 
-    def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int,
-                 loaded: Loaded | None = None) -> Context:
+    def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int, loaded: Loaded | None = None,
+                 flt: Mapping[str, Any] | None = None) -> Context:
+        """The mode's context and passages, each passage with its document's metadata. With a non-empty
+        metadata filter (`flt`, checked by input_rules.check_filter), only the passages of the documents it
+        allows, and the context derived from them (core/retrieval/filtered.py)."""
         loaded = loaded or self.loaded
-        v, search = loaded.view, self._searcher(loaded)
+        if not flt:
+            ctx = self._retrieve(question, query_vec, mode, k, loaded, loaded.view, self._searcher(loaded))
+        else:
+            allowed = loaded.passage_filter(flt)
+            if not allowed.docs:
+                return Context(notes={"filter": {"documents": 0, "filled": 0}})
+            ctx = run_filtered(lambda view, search: self._retrieve(question, query_vec, mode, k, loaded, view, search),
+                               loaded.view, self._searcher(loaded), allowed, query_vec, k)
+        metadata = loaded.view.doc_metadata
+        for p in ctx.passages:
+            p.metadata = json.loads(metadata.get(p.id) or "{}")
+        return ctx
+
+    def _retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int, loaded: Loaded, v: IndexView,
+                  search: Search) -> Context:
         if mode == "dense":
             return dense(query_vec, k, search, v.chunk_text, v.chunk_doc, v.titles)
         if mode == "auto":
             # The `route` role types the question; the type's mode retrieves (core/retrieval/routing.py).
             question_type = self.llm.route(question)
             chosen = routed_mode(question_type)
-            ctx = self.retrieve(question, query_vec, chosen, k, loaded)
+            ctx = self._retrieve(question, query_vec, chosen, k, loaded, v, search)
             ctx.notes.update(route=question_type, routed_mode=chosen)
             return ctx
         if mode in ("bm25", "dense+bm25", "hybrid", "ppr", "hyperbolic") and v.chunk_lexical is None:

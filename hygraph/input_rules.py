@@ -143,3 +143,41 @@ def check_metadata(value: Any, field: str) -> dict[str, Any]:
     if size > MAX_METADATA_BYTES:
         raise InputError(f"{field}: {size} bytes exceeds the limit of {MAX_METADATA_BYTES}")
     return value
+
+
+# A query's metadata filter (core/retrieval/filtering.py): how many keys it names and values one key lists.
+MAX_FILTER_KEYS = 32
+MAX_FILTER_VALUES = 256
+
+
+def _check_scalar(value: Any, field: str) -> None:
+    if isinstance(value, str):
+        check_text(value, field)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{field}: {value} is not a JSON number")
+    elif value is not None and not isinstance(value, (bool, int, float)):
+        kind = "an object" if isinstance(value, dict) else "a list inside a list" if isinstance(value, list) else \
+            type(value).__name__
+        raise InputError(f"{field}: {kind} is not a filter value (a string, number, boolean or null, or a list "
+                         "of them)")
+
+
+def check_filter(value: Any, field: str = "filter") -> dict[str, Any]:
+    """A metadata filter: an object of at most MAX_FILTER_KEYS top-level metadata keys, each mapped to a scalar
+    (string, number, boolean, null: equality) or a list of at most MAX_FILTER_VALUES scalars (any of them).
+    Data, never code: values are compared, nothing is parsed or evaluated."""
+    if not isinstance(value, dict):
+        raise InputError(f"{field}: must be an object")
+    if len(value) > MAX_FILTER_KEYS:
+        raise InputError(f"{field}: {len(value)} keys exceeds the limit of {MAX_FILTER_KEYS}")
+    for key, wanted in value.items():
+        check_text(key, f"{field} (a key)")
+        where = f"{field}.{preview(str(key), 40)}"
+        if isinstance(wanted, list):
+            if len(wanted) > MAX_FILTER_VALUES:
+                raise InputError(f"{where}: {len(wanted)} values exceeds the limit of {MAX_FILTER_VALUES}")
+            for i, item in enumerate(wanted):
+                _check_scalar(item, f"{where}.{i}")
+        else:
+            _check_scalar(wanted, where)
+    return value

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from hygraph.config import MODES, RetrievalConfig
 from hygraph.core.retrieval.context import Context, ContextItem
 from hygraph.engine import Loaded, QueryEngine
 from hygraph.errors import InputError
-from hygraph.input_rules import check_nonblank_text
+from hygraph.input_rules import check_filter, check_nonblank_text
 
 Encode = Callable[[Sequence[str]], np.ndarray]
 
@@ -31,17 +31,23 @@ class QueryRequest:
     k: int
     min_version: int = 0  # read-your-writes: answer from this index version or a newer one
     answer: bool = True  # False: retrieval only, no `answer` role call
+    # Passages only from documents whose metadata matches (core/retrieval/filter.py); None or {}: all documents.
+    filter: Mapping[str, Any] | None = None
     index: str = "default"  # the service's index it asks (store/registry.py); "default": `--index-dir`
 
     @classmethod
     def make(cls, cfg: RetrievalConfig, question: str, mode: str | None = None, k: int | None = None,
-             min_version: int | None = None, answer: bool = True, index: str = "default") -> "QueryRequest":
+             min_version: int | None = None, answer: bool = True,
+             filter: Mapping[str, Any] | None = None,  # noqa: A002 - the API's field name
+             index: str = "default") -> "QueryRequest":
         """The request with the configured defaults; InputError naming the bad field."""
         check_nonblank_text(question, "question")
         mode = mode or cfg.mode
         if mode not in MODES:
             raise InputError(f"mode: unknown mode '{mode[:40]}' (one of {', '.join(MODES)})")
-        return cls(question, mode, k or cfg.top_k, min_version or 0, answer, index)
+        if filter is not None:
+            check_filter(filter)
+        return cls(question, mode, k or cfg.top_k, min_version or 0, answer, filter or None, index)
 
 
 @dataclass
@@ -74,7 +80,8 @@ class QueryResult:
         """CONTRACT.md's query result (plus `usage`), shared by `hygraph query` and `POST /v1/query`."""
         return {
             "answer": self.answer, "mode": self.request.mode,
-            "passages": [{"id": p.id, "title": p.title, "score": round(p.score, 6)} for p in self.context.passages],
+            "passages": [{"id": p.id, "title": p.title, "score": round(p.score, 6), "metadata": p.metadata}
+                         for p in self.context.passages],
             "context": {**self.context.to_dict(), "citations": self.citations},
             "index_version": self.version,
             "timings_ms": {stage: round(s * 1e3, 2) for stage, s in self.seconds.items()},
@@ -136,7 +143,7 @@ class QueryPipeline:
         t0 = time.perf_counter()
         qv = self.encode([req.question])[0] if query_vec is None else query_vec
         t1 = time.perf_counter()
-        ctx = self.engine.retrieve(req.question, qv, req.mode, req.k, loaded)
+        ctx = self.engine.retrieve(req.question, qv, req.mode, req.k, loaded, req.filter)
         items = self.engine.prompt_items(req.question, ctx)
         return Retrieval(req, ctx.numbered(items), items, loaded.view.version,
                          {"embed": t1 - t0, "retrieve": time.perf_counter() - t1})

@@ -60,6 +60,11 @@ class LexicalIndex:
         return self.lookup if self.lookup is not None else {t: j for j, t in enumerate(self.terms)}
 
     @cached_property
+    def row_index(self) -> Mapping[str, int]:
+        """Document id -> its row, made on first use (a filtered query's exact scoring)."""
+        return {d: i for i, d in enumerate(self.ids)}
+
+    @cached_property
     def idf(self) -> np.ndarray:
         """Lucene's idf per term: log(1 + (N - df + 0.5) / (df + 0.5))."""
         df = np.diff(self.postings.indptr).astype(np.float64)

@@ -27,7 +27,8 @@ from hygraph.indexing.stages import graph as graph_stage
 from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, lexical, structure, vectors
 from hygraph.model import Document, TripleRecord, load_corpus, load_triples
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, HYPERPLANES, PARENTS,
-                                     RELATIONS, SUMMARIES, TERMS, Artifact, ChunkRow, DocumentRow, PostingsRow)
+                                     RELATIONS, SUMMARIES, TERMS, Artifact, ChunkRow, DocumentRow, PostingsRow,
+                                     metadata_text)
 from hygraph.store.manifest import HierarchyInfo, HyperbolicInfo, Manifest
 from hygraph.store.versions import GcResult, IndexStore
 
@@ -238,8 +239,8 @@ class _Built:
             by_doc.setdefault(c.doc_id, []).append(c.id)
             chunk_rows.append(ChunkRow(c.id, c.doc_id, c.ordinal, c.text, c.n_tokens, c.title, tuple(ck.entities),
                                        tuple(ck.relations), tuple(ck.hyperedges), vec))
-        w.replace(DOCUMENTS, [DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ()))) for d in self.docs],
-                  dims)
+        w.replace(DOCUMENTS, [DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ())), metadata_text(d.metadata))
+                              for d in self.docs], dims)
         w.replace(CHUNKS, chunk_rows, dims)
         for artifact, rows in self.lexical.items():
             w.replace(artifact, rows, dims)

@@ -8,6 +8,7 @@ changed (the next version's delta segments) and the vector rows to upsert and re
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -24,7 +25,8 @@ from hygraph.indexing.stages.hierarchy_layers import LayerIndex
 from hygraph.indexing.stages.hyperbolic import TermIndex
 from hygraph.indexing.state import IndexState
 from hygraph.model import Chunk, Document
-from hygraph.store.artifacts import CHUNKS, DOCUMENTS, ENTITIES, HYPEREDGES, RELATIONS, SUMMARIES, ChunkRow, DocumentRow
+from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, HYPEREDGES, RELATIONS, SUMMARIES, ChunkRow,
+                                     DocumentRow, metadata_text)
 from hygraph.store.journal import Job
 from hygraph.store.manifest import PendingChunks, PendingSummaries
 from hygraph.store.versions import IndexStore, Version
@@ -60,9 +62,15 @@ def slice_pending(n_chunks: int, n_entities: int, max_nodes: int | None) -> tupl
     return take_chunks, max(0, min(n_entities, max_nodes - take_chunks))
 
 
-def fold_jobs(jobs: Sequence[Job], present: Mapping[str, str]) -> Batch:
-    """Replay jobs in order over the documents present (id -> text): a re-sent identical document is
-    a no-op, a new text under an existing id replaces it, a delete of an absent id does nothing."""
+def _same(held: Document | None, doc: Document) -> bool:
+    """A re-sent document is the one held when its text and metadata are (metadata as stored: `true` is not `1`)."""
+    return held is not None and held.text == doc.text and metadata_text(held.metadata) == metadata_text(doc.metadata)
+
+
+def fold_jobs(jobs: Sequence[Job], present: Mapping[str, Document]) -> Batch:
+    """Replay jobs in order over the documents present (by id): a re-sent identical document (same text and
+    metadata) is a no-op, a new text or new metadata under an existing id replaces it, a delete of an absent id
+    does nothing."""
     batch = Batch()
     live: dict[str, bool] = {}  # documents this batch added or deleted; the rest are as `present` says
 
@@ -75,7 +83,7 @@ def fold_jobs(jobs: Sequence[Job], present: Mapping[str, str]) -> Batch:
         if job.op == "insert":
             for row in job.payload["documents"]:
                 doc = Document(row["id"], row["text"], row.get("title", ""), row.get("metadata") or {})
-                if is_live(doc.id) and doc.id not in batch.add and present.get(doc.id) == doc.text:
+                if is_live(doc.id) and doc.id not in batch.add and _same(present.get(doc.id), doc):
                     continue
                 if is_live(doc.id) and doc.id in present:
                     batch.remove.add(doc.id)
@@ -92,17 +100,17 @@ def fold_jobs(jobs: Sequence[Job], present: Mapping[str, str]) -> Batch:
     return batch
 
 
-class PresentDocuments(Mapping[str, str]):
-    """id -> text of the documents a version holds, for `fold_jobs` (read per id, never listed)."""
+class PresentDocuments(Mapping[str, Document]):
+    """The documents a version holds, by id, for `fold_jobs` (read per id, never listed)."""
 
     def __init__(self, state: IndexState) -> None:
         self.state = state
 
-    def __getitem__(self, doc_id: str) -> str:
+    def __getitem__(self, doc_id: str) -> Document:
         row = self.state.get(DOCUMENTS, doc_id)
         if row is None:
             raise KeyError(doc_id)
-        return row.text
+        return Document(row.id, row.text, row.title, json.loads(row.metadata))
 
     def __contains__(self, doc_id: object) -> bool:
         return isinstance(doc_id, str) and self.state.contains(DOCUMENTS, doc_id)
@@ -173,7 +181,8 @@ class Applier:
         for c in now:
             by_doc.setdefault(c.doc_id, []).append(c.id)
         for d in new_docs:
-            state.put(DOCUMENTS, DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ()))))
+            state.put(DOCUMENTS, DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ())),
+                                             metadata_text(d.metadata)))
         delta, rebuilt = self._grow(state, live, now, removed, points, defer_summaries)
         return Applied(state, delta, {"documents_added": len(new_docs), "documents_removed": len(batch.remove),
                                       "chunks_added": len(now), "chunks_removed": len(removed),

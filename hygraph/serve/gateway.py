@@ -79,14 +79,14 @@ class Gateway:
     # -- the query pipeline shared by /v1/query and /v1/chat/completions -----------------------
 
     def request(self, tenant: Tenant, question: str, mode: str | None, k: int | None,
-                min_version: int | None) -> QueryRequest:
+                min_version: int | None, flt: dict[str, Any] | None = None) -> QueryRequest:
         limit = self.cfg.serve.max_question_chars
         if len(question) > limit:
             raise ApiError(422, "invalid_field", f"question: {len(question)} characters exceeds the limit of {limit}")
         if tenant.name != DEFAULT_INDEX:
             self.quotas.admit_query(tenant.name)
         return QueryRequest.make(self.cfg.retrieval, question, mode, k, max(min_version or 0, tenant.floor),
-                                 index=tenant.name)
+                                 filter=flt, index=tenant.name)
 
     async def _retrieve(self, req: QueryRequest) -> QueryResult | Retrieval:
         """One handle call when the Retriever embeds and answers; an Embedder call first otherwise."""

@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      create_model)
+                      WithJsonSchema, create_model)
 
 from hygraph.config import Mode
 from hygraph.errors import InputError
-from hygraph.input_rules import MAX_ID_CHARS, check_id, check_json, check_metadata, check_nonblank_text, check_text
+from hygraph.input_rules import (MAX_FILTER_KEYS, MAX_FILTER_VALUES, MAX_ID_CHARS, check_id, check_json, check_metadata,
+                                 check_nonblank_text, check_text)
 
 
 def _rule(check: Callable[[Any, str], Any]) -> AfterValidator:
@@ -33,6 +34,15 @@ Metadata = Annotated[dict[str, Any], _rule(check_metadata)]
 
 
 NonBlankText = Annotated[StrictStr, Field(min_length=1), _rule(check_nonblank_text)]
+_SCALAR = [{"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]
+# Checked by input_rules.check_filter where the request is made (its messages name `filter.<key>`); the schema
+# tells clients and the fuzzer the shape.
+Filter = Annotated[dict[str, Any], WithJsonSchema({
+    "type": "object", "maxProperties": MAX_FILTER_KEYS,
+    "description": "Metadata filter: a top-level metadata key -> a string, number, boolean or null (equal to it) or "
+                   "a list of them (equal to any); every key must match.",
+    "additionalProperties": {"anyOf": [*_SCALAR, {"type": "array", "maxItems": MAX_FILTER_VALUES,
+                                                   "items": {"anyOf": _SCALAR}}]}})]
 
 
 class QueryRequest(BaseModel):
@@ -44,6 +54,8 @@ class QueryRequest(BaseModel):
     stream: StrictBool = False
     # Read-your-writes: answer from this index version or a newer one (a done job's `index_version`).
     min_index_version: Optional[StrictInt] = Field(None, ge=0)
+    # Passages only from documents whose metadata matches (input_rules.check_filter, core/retrieval/filter.py).
+    filter: Optional[Filter] = None
 
 
 class ContentPart(BaseModel):

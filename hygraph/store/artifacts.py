@@ -12,6 +12,7 @@ relation listed twice, once per end), entity `hyperedges` sorted.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, Generic, Mapping, TypeVar
@@ -37,6 +38,8 @@ class Column:
     name: str
     kind: Kind
     dim: str = ""  # VECTOR only: the manifest `dims` entry giving its width
+    # A column added after versions were written without it: what their rows read as (segment.py fills it in).
+    default: Any = None
 
 
 def arrow_type(column: Column, dims: Mapping[str, int]) -> pa.DataType:
@@ -84,7 +87,7 @@ class Artifact(Generic[RowT]):
         return self.row(**values)
 
 
-def _columns(row: type, kinds: dict[str, Kind | tuple[Kind, str]]) -> tuple[Column, ...]:
+def _columns(row: type, kinds: dict[str, Kind | tuple[Kind, str] | Column]) -> tuple[Column, ...]:
     """The artifact's columns in the row type's field order (`id` first)."""
     names = [f.name for f in fields(row)]
     if names[0] != "id" or set(names) != set(kinds):
@@ -92,7 +95,10 @@ def _columns(row: type, kinds: dict[str, Kind | tuple[Kind, str]]) -> tuple[Colu
     out = []
     for name in names:
         kind = kinds[name]
-        out.append(Column(name, kind[0], kind[1]) if isinstance(kind, tuple) else Column(name, kind))
+        if isinstance(kind, Column):
+            out.append(kind)
+        else:
+            out.append(Column(name, kind[0], kind[1]) if isinstance(kind, tuple) else Column(name, kind))
     return tuple(out)
 
 
@@ -107,6 +113,12 @@ class DocumentRow:
     title: str
     text: str
     chunks: tuple[str, ...]  # its chunk ids, in order
+    metadata: str = "{}"  # the document's metadata object as JSON text (`metadata_text`)
+
+
+def metadata_text(metadata: Mapping[str, Any]) -> str:
+    """How a document's metadata is stored: compact JSON, keys sorted, non-ASCII kept."""
+    return json.dumps(metadata, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -222,7 +234,8 @@ class PostingsRow:
     counts: np.ndarray  # int64, one per term
 
 
-DOCUMENTS = Artifact("documents", DocumentRow, _columns(DocumentRow, dict(id=S, title=S, text=S, chunks=SS)))
+DOCUMENTS = Artifact("documents", DocumentRow, _columns(DocumentRow, dict(
+    id=S, title=S, text=S, chunks=SS, metadata=Column("metadata", S, default="{}"))))
 CHUNKS = Artifact("chunks", ChunkRow, _columns(ChunkRow, dict(
     id=S, doc_id=S, ordinal=I, text=S, n_tokens=I, title=S, entities=SS, relations=SS, hyperedges=SS,
     embedding=TEXT_VECTOR)))

@@ -10,6 +10,7 @@ version (one pass over the ids column) and kept with the version.
 from __future__ import annotations
 
 import bisect
+import json
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,7 +24,7 @@ COUNTED = ("documents", "chunks", "entities", "relations", "hyperedges", "summar
 
 @dataclass(frozen=True)
 class DocumentPage:
-    documents: list[dict[str, Any]]  # {"id", "title", "chars", "chunks"} in id order
+    documents: list[dict[str, Any]]  # {"id", "title", "chars", "chunks", "metadata"} in id order
     total: int
     next_after: str | None  # the last id of this page when more follow
 
@@ -47,7 +48,8 @@ class Catalog:
         chosen = ids[start:start + limit]
         table = self.version.table(DOCUMENTS)
         docs = [{"id": i, "title": table.value(i, "title"), "chars": len(table.value(i, "text")),
-                 "chunks": len(table.value(i, "chunks"))} for i in chosen]
+                 "chunks": len(table.value(i, "chunks")), "metadata": json.loads(table.value(i, "metadata"))}
+                for i in chosen]
         more = start + len(chosen) < len(ids)
         return DocumentPage(docs, len(ids), chosen[-1] if more and chosen else None)
 
@@ -55,7 +57,8 @@ class Catalog:
         row = self.version.table(DOCUMENTS).get(doc_id)
         if row is None:
             return None
-        return {"id": row.id, "title": row.title, "text": row.text, "chars": len(row.text), "chunks": len(row.chunks)}
+        return {"id": row.id, "title": row.title, "text": row.text, "chars": len(row.text), "chunks": len(row.chunks),
+                "metadata": json.loads(row.metadata)}
 
     def holds(self, doc_id: str) -> bool:
         return doc_id in self.version.table(DOCUMENTS)

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from hygraph.errors import StoreError
-from hygraph.store.artifacts import Artifact, Column, Kind
+from hygraph.store.artifacts import Artifact, Column, Kind, arrow_type
 from hygraph.store.files import fsync_file
 
 DELETED = -1  # `Segment.find`: the key is tombstoned here
@@ -179,13 +179,28 @@ def _reader(column: Column, array: pa.Array) -> Any:
     return _Numbers(array)
 
 
+def _with_defaults(artifact: Artifact[Any], batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A segment written before a column was added reads it as the column's default, in the artifact's column
+    order, so its batches concatenate with newer segments' (compaction) and its rows read as newer rows do."""
+    missing = [c for c in artifact.columns if c.default is not None and c.name not in batch.schema.names]
+    if not missing:
+        return batch
+    arrays = {name: batch.column(name) for name in batch.schema.names}
+    for c in missing:
+        arrays[c.name] = pa.array([c.default] * batch.num_rows, arrow_type(c, {}))
+    names = [c.name for c in artifact.columns if c.name in arrays]
+    return pa.RecordBatch.from_arrays([arrays[n] for n in names], schema=pa.schema(
+        [batch.schema.field(n) if n in batch.schema.names else pa.field(n, arrays[n].type, nullable=False)
+         for n in names]))
+
+
 class Segment:
     """A mapped segment: `find` a key, read a column value at a row, or scan its batch."""
 
     def __init__(self, artifact: Artifact[Any], directory: Path, name: str) -> None:
         self.artifact, self.name = artifact, name
         try:
-            self.batch = _open_ipc(directory / f"{name}.arrow")
+            self.batch = _with_defaults(artifact, _open_ipc(directory / f"{name}.arrow"))
             index = np.load(directory / f"{name}.keys.npy", mmap_mode="r", allow_pickle=False)
             dead_path = directory / f"{name}.dead.arrow"
             self.dead = Strings.of(_open_ipc(dead_path).column(0)) if dead_path.is_file() else None

@@ -364,7 +364,9 @@ def load_view(version: Version) -> IndexView:
 def _load_view(version: Version) -> IndexView:
     view = IndexView(version=version.version, chunk_text=_col(version, CHUNKS, "text"),
                      chunk_doc=_col(version, CHUNKS, "doc_id"), titles=_col(version, DOCUMENTS, "title"),
-                     doc_chunks=_col(version, DOCUMENTS, "chunks"))
+                     doc_chunks=_col(version, DOCUMENTS, "chunks"),
+                     doc_metadata=_col(version, DOCUMENTS, "metadata"),
+                     chunk_embedding=_col(version, CHUNKS, "embedding"))
     got = structures(version)
     view.chunk_lexical, view.entity_lexical, view.graph, view.walk = (
         got.chunk_lexical, got.entity_lexical, got.graph, got.walk)

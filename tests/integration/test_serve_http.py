@@ -173,6 +173,57 @@ def test_writes_need_the_key_are_journaled_and_applied_under_query_load(server):
     assert err.value.status == 404
 
 
+def test_document_metadata_is_kept_returned_and_filters_every_mode(server):
+    """Documents inserted with metadata: GET returns it, the listing too, every passage of a query carries its
+    document's; a query's `filter` keeps only matching documents' passages in every mode (filled up to
+    top_k from them by dense similarity when a mode's own ranking reaches too few), nothing matching is an
+    empty 200, and the CLI's `--filter` agrees."""
+    team = "hygraph-metadata-test"
+    metas = [{"team": team, "lang": "en", "year": 2024, "tags": ["x"]},
+             {"team": team, "lang": "fr", "year": 2023, "tags": ["x", "y"]},
+             {"team": team, "lang": "en", "year": 2023.0, "note": "naïve ☃"}]
+    docs = [{"id": f"meta-doc-{i}", "title": f"Vellichor Station {i}",
+             "text": f"Vellichor Station {i} is an archive of tide tables kept on the northern coast.",
+             "metadata": meta} for i, meta in enumerate(metas)]
+    with Client(server["url"], api_key=KEY) as authed:
+        version = _wait_done(authed, authed.add_documents(docs)["job_id"])["index_version"]
+        authed.seen_version = version  # read-your-writes: the queries below see the documents
+        for doc in docs:
+            # this replica's job status called the version done, so its reads are answered from it or a newer one
+            got = httpx.get(f"{server['url']}/v1/documents/{doc['id']}", headers=AUTH).json()
+            assert got["metadata"] == doc["metadata"], got
+        listed, cursor = {}, None
+        while True:
+            page = httpx.get(server["url"] + "/v1/documents", headers=AUTH,
+                             params={"limit": 1000, **({"cursor": cursor} if cursor else {})}).json()
+            listed.update({d["id"]: d["metadata"] for d in page["documents"]})
+            if not (cursor := page["next_cursor"]):
+                break
+        assert all(listed[d["id"]] == d["metadata"] for d in docs)
+        english = {"meta-doc-0", "meta-doc-2"}
+        for mode in MODES:
+            out = authed.query(QUESTION, mode=mode, top_k=5, filter={"team": team, "lang": "en"})
+            assert {p["id"] for p in out["passages"]} == english, (mode, out["passages"])
+            assert all(p["metadata"]["lang"] == "en" for p in out["passages"]), mode
+            for kind in ("chunks", "entities", "relations", "hyperedges"):
+                assert all(set(i["sources"]) <= english for i in out["context"][kind]), (mode, kind)
+            assert out["context"]["summaries"] == [], mode
+        out = authed.query("Which station keeps tide tables?", mode="dense", top_k=5, filter={"year": [2023]})
+        assert {p["id"] for p in out["passages"]} == {"meta-doc-1", "meta-doc-2"}  # 2023 == 2023.0
+        unfiltered = authed.query("Which station keeps tide tables?", mode="bm25", top_k=5)
+        assert unfiltered["passages"][0]["metadata"]["team"] == team  # metadata comes with unfiltered passages too
+        for mode in ("dense", "bm25", "hybrid"):
+            none = authed.query(QUESTION, mode=mode, filter={"team": "nobody"})
+            assert none["passages"] == [] and none["context"]["chunks"] == [], mode
+        resp = httpx.post(server["url"] + "/v1/query", json={"question": QUESTION, "filter": {"year": {"gt": 1}}})
+        assert resp.status_code == 422 and resp.json()["error"]["message"].startswith("filter.year"), resp.text
+    cli = last_json(run_cli("query", "--index-dir", str(server["index_dir"]), "--mode", "hybrid", "--filter",
+                            json.dumps({"lang": "fr", "tags": "y"}), QUESTION))
+    assert [p["id"] for p in cli["passages"]] == ["meta-doc-1"]
+    bad = run_cli("query", "--index-dir", str(server["index_dir"]), "--filter", '{"lang": {}}', QUESTION)
+    assert bad.returncode == 2 and "filter.lang" in bad.stderr
+
+
 @pytest.mark.parametrize("body, status, field", [
     (b"{not json", 400, "body"),
     (b'{"question": ""}', 422, "question"),
@@ -182,6 +233,8 @@ def test_writes_need_the_key_are_journaled_and_applied_under_query_load(server):
     (b'{"question": "q", "top_k": "five"}', 422, "top_k"),
     (b'{"question": "q", "top_k": 0}', 422, "top_k"),
     (b'{"question": "q", "colour": "red"}', 422, "colour"),
+    (b'{"question": "q", "filter": {"lang": ["en", {"x": 1}]}}', 422, "filter.lang.1"),
+    (b'{"question": "q", "filter": "lang=en"}', 422, "filter"),
     (b'[1, 2]', 422, "body"),
     (json.dumps({"question": "x" * 5000}).encode(), 422, "question"),
     (json.dumps({"question": "x" * 70000}).encode(), 413, "body"),

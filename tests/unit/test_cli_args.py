@@ -27,3 +27,13 @@ def test_a_missing_config_after_the_command_exits_2_naming_it(tmp_path, capsys) 
     missing = tmp_path / "nope.yaml"
     assert main(["index", "--config", str(missing), "--corpus", "c.jsonl", "--index-dir", str(tmp_path)]) == 2
     assert str(missing) in capsys.readouterr().err
+
+
+def test_query_filter_is_parsed_as_json_under_the_filter_rules(capsys) -> None:
+    args = _parser().parse_args(["query", "--index-dir", "i", "--filter", '{"lang": ["en", "fr"], "n": 1.0}', "q"])
+    assert args.filter == {"lang": ["en", "fr"], "n": 1.0}
+    for bad, said in [('{"lang": {"$ne": "en"}}', "filter.lang: an object"), ("lang=en", "not a JSON object"),
+                      ('{"n": NaN}', "NaN is not JSON"), ('["en"]', "filter: must be an object")]:
+        with pytest.raises(SystemExit) as exit_:
+            _parser().parse_args(["query", "--index-dir", "i", "--filter", bad, "q"])
+        assert exit_.value.code == 2 and said in capsys.readouterr().err, bad

@@ -1,6 +1,7 @@
 import pytest
 
 from hygraph.indexing.update import fold_jobs, slice_pending, summary_slice
+from hygraph.model import Document
 from hygraph.store.journal import Job
 
 
@@ -13,7 +14,7 @@ def _delete(n: int, doc_id: str) -> Job:
 
 
 def test_fold_jobs_replays_in_order():
-    present = {"a": "old a", "b": "b text"}
+    present = {"a": Document("a", "old a"), "b": Document("b", "b text")}
     batch = fold_jobs([_insert(1, "a", "old a"),  # identical re-send: nothing
                        _insert(2, "b", "new b"),  # replacement
                        _insert(3, "c", "c text"), _delete(4, "c"),  # added then deleted: nothing
@@ -22,6 +23,15 @@ def test_fold_jobs_replays_in_order():
     assert set(batch.add) == {"b", "a"} and batch.add["b"].text == "new b"
     assert batch.remove == {"a", "b"}
     assert batch.end_offset == 70 and batch.job_ids == [f"j{i}" for i in range(1, 8)]
+
+
+def test_a_re_sent_text_with_new_metadata_replaces_the_document():
+    present = {"a": Document("a", "text", metadata={"n": 1}), "b": Document("b", "text", metadata={"n": 1})}
+    jobs = [Job("j1", "insert", 10, {"documents": [
+        {"id": "a", "text": "text", "metadata": {"n": 1}},  # the same text and metadata: nothing to do
+        {"id": "b", "text": "text", "metadata": {"n": True}}]}, 0.0)]  # true is not 1: replaced
+    batch = fold_jobs(jobs, present)
+    assert set(batch.add) == {"b"} and batch.remove == {"b"} and batch.add["b"].metadata == {"n": True}
 
 
 @pytest.mark.parametrize("chunks,entities,limit,want", [

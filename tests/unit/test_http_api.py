@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hygraph.config import HygraphConfig
+from hygraph.pipeline import QueryRequest
 from hygraph.serve.access import Access, denied, not_found
 from hygraph.serve.http import HttpLimits
 from hygraph.serve.ingress import build_api
@@ -59,8 +60,12 @@ class StubGateway:
         self.appended.append((op, payload))
         return SimpleNamespace(job_id="a" * 32)
 
-    def request(self, tenant: Any, question: str, mode: Any, k: Any, min_version: Any = None) -> Any:
-        self.asked.append((question, mode, k, min_version))
+    def request(self, tenant: Any, question: str, mode: Any, k: Any, min_version: Any = None, flt: Any = None) -> Any:
+        if flt is not None:  # the Gateway's own check of a filter (the schema leaves it to QueryRequest.make)
+            QueryRequest.make(self.cfg.retrieval, question, mode, k, min_version, filter=flt)
+            self.asked.append((question, mode, k, min_version, flt))
+        else:
+            self.asked.append((question, mode, k, min_version))
         return question
 
     async def query(self, req: Any) -> dict:
@@ -129,6 +134,11 @@ def _post(client, path: str, body: Any, **kw) -> Any:
     ([1, 2], 422, "body"),
     ({"question": "x" * 9000}, 413, "body"),
     (("[" * 1000 + "]" * 1000).encode(), 400, "body"),
+    ({"question": "q", "filter": ["lang", "en"]}, 422, "filter"),
+    ({"question": "q", "filter": {"lang": {"$ne": "en"}}}, 422, "filter.lang: an object"),
+    ({"question": "q", "filter": {"tags": ["a", ["b"]]}}, 422, "filter.tags.1: a list inside a list"),
+    ({"question": "q", "filter": {"k\u0000": 1}}, 422, "filter (a key)"),
+    ({"question": "q", "filter": {f"k{i}": 1 for i in range(33)}}, 422, "filter: 33 keys"),
 ])
 def test_bad_queries_get_a_4xx_naming_the_field(client, body, status, field):
     resp = _post(client, "/v1/query", body)
@@ -136,6 +146,12 @@ def test_bad_queries_get_a_4xx_naming_the_field(client, body, status, field):
     err = resp.json()["error"]
     assert err["message"].startswith(field) and err["request_id"] == resp.headers["x-request-id"]
     assert not client.gw.asked
+
+
+def test_a_filter_reaches_the_query_request(client):
+    body = {"question": "q", "filter": {"lang": ["en", "fr"], "year": 2024, "draft": False, "owner": None}}
+    assert _post(client, "/v1/query", body).status_code == 200
+    assert client.gw.asked == [("q", None, None, None, body["filter"])]
 
 
 def test_surrogate_in_a_chat_part_is_422_and_nothing_is_asked(client):

@@ -89,6 +89,7 @@ class Passage:
     id: str
     title: str
     score: float
+    metadata: dict[str, Any] = field(default_factory=dict)  # its document's metadata (set by the engine)
 
 
 @dataclass

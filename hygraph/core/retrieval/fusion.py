@@ -11,10 +11,15 @@ RRF_K = 60  # Cormack, Clarke & Büttcher's constant: a document's fused score i
 
 
 def bm25_hits(question: str, depth: int, view: IndexView) -> list[tuple[str, float]]:
-    """The `depth` best chunks by BM25 of the analyzed question (title + text postings), best first."""
-    if view.chunk_lexical is None:
+    """The `depth` best chunks by BM25 of the analyzed question (title + text postings), best first; of a
+    filtered view, the best of the chunks its filter allows."""
+    lex = view.chunk_lexical
+    if lex is None:
         raise ValueError("BM25 needs the lexical index, and this index version has none")
-    return view.chunk_lexical.top_k(analyze(question), depth)
+    if view.passage_filter is None:
+        return lex.top_k(analyze(question), depth)
+    scores = lex.scores(analyze(question))
+    return [(lex.ids[i], float(scores[i])) for i in view.passage_filter.best(scores, lex.ids, lex.row_index, depth)]
 
 
 def rrf(rankings: Sequence[Sequence[str]], k0: int = RRF_K,

@@ -92,15 +92,20 @@ def propagate(view: IndexView, entity_seeds: dict[str, float], chunk_seeds: Sequ
 
 
 def by_mass(mass: np.ndarray, view: IndexView, k: int) -> list[tuple[str, float]]:
-    """Chunks with positive mass, most first, until they cover k passages (a passage may have several chunks)."""
+    """Chunks with positive mass, most first, until they cover k passages (a passage may have several chunks);
+    of a filtered view, the chunks its filter allows."""
     assert view.graph is not None
-    positive = np.flatnonzero(mass > 0)
-    # Only the heaviest few can make the top k passages; a partial sort keeps this cheap on large graphs.
-    if positive.size > 8 * k:
-        positive = positive[np.argpartition(-mass[positive], 8 * k - 1)[:8 * k]]
+    if view.passage_filter is not None:
+        ranked = view.passage_filter.best(mass, view.graph.chunk_ids, view.graph.node_index, 8 * k)
+    else:
+        positive = np.flatnonzero(mass > 0)
+        # Only the heaviest few can make the top k passages; a partial sort keeps this cheap on large graphs.
+        if positive.size > 8 * k:
+            positive = positive[np.argpartition(-mass[positive], 8 * k - 1)[:8 * k]]
+        ranked = positive[np.argsort(-mass[positive], kind="stable")]
     out: list[tuple[str, float]] = []
     docs: set[str] = set()
-    for j in positive[np.argsort(-mass[positive], kind="stable")]:
+    for j in ranked:
         cid = view.graph.chunk_ids[j]
         out.append((cid, float(mass[j])))
         docs.add(view.chunk_doc[cid])

@@ -16,6 +16,7 @@ import numpy as np
 
 from hygraph.core.graph import HybridGraph
 from hygraph.core.lexical import LexicalIndex
+from hygraph.core.retrieval.filter import PassageFilter
 from hygraph.core.ppr import Walk
 
 Embed = Callable[[Sequence[str]], np.ndarray]  # texts -> L2-normalized rows
@@ -33,6 +34,11 @@ class IndexView:
     chunk_doc: Mapping[str, str]
     titles: Mapping[str, str]  # corpus passage id -> title
     doc_chunks: Mapping[str, Sequence[str]]  # corpus passage id -> its chunk ids
+    doc_metadata: Mapping[str, str] = field(default_factory=dict)  # corpus passage id -> its metadata (JSON text)
+    chunk_embedding: Mapping[str, np.ndarray] = field(default_factory=dict)  # the text vectors the index holds
+    # A filtered query's view: the passages it may return (core/retrieval/filter.py); None for every passage.
+    # The lexical ranking (`fusion.bm25_hits`) and the graph walk's passages (`propagation.by_mass`) honour it.
+    passage_filter: PassageFilter | None = None
     # entities: id (normalized name) -> fields; mentions are chunk ids
     entity_name: Mapping[str, str] = field(default_factory=dict)
     entity_desc: Mapping[str, str] = field(default_factory=dict)

@@ -94,9 +94,9 @@ async def list_documents(limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
                          cursor: Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR_CHARS)] = None,
                          offset: Annotated[int | None, Query(ge=0)] = None,
                          ix: Tenant = Depends(reader), gw: Gateway = Depends(gateway)) -> Any:
-    """The documents the serving version holds, in id order: `{"documents": [{"id", "title", "chars",
-    "chunks"}], "total", "next_cursor", "index_version"}`. Continue with `?cursor=<next_cursor>` (stable
-    across updates) or page by `offset`."""
+    """The documents the serving version holds, in id order: `{"documents": [{"id", "title", "chars", "chunks",
+    "metadata"}], "total", "next_cursor", "index_version"}`. Continue with `?cursor=<next_cursor>` (stable across
+    updates) or page by `offset`."""
     if cursor is not None and offset is not None:
         raise ApiError(422, "invalid_field", "offset: give either cursor or offset, not both")
     page = await gw.documents(ix, limit, after_cursor(cursor) if cursor is not None else None, offset or 0)
@@ -108,7 +108,8 @@ async def list_documents(limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 @router.get("/v1/indexes/{name}/documents/{doc_id:any_id}", dependencies=NAMED)
 async def get_document(request: Request, doc_id: DocIdPath, ix: Tenant = Depends(reader),
                        gw: Gateway = Depends(gateway)) -> Any:
-    """`{"id", "title", "text", "chars", "chunks", "index_version"}` of a document the serving version holds."""
+    """`{"id", "title", "text", "chars", "chunks", "metadata", "index_version"}` of a document the serving version
+    holds."""
     _exact_path(request)
     doc = await gw.document(ix, doc_id)
     if doc is None:

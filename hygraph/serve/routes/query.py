@@ -55,7 +55,7 @@ def _guarded(gw: Gateway, events: AsyncIterator[bytes], endpoint: str,
 @router.post("/v1/query")
 @router.post("/v1/indexes/{name}/query", dependencies=[Depends(index_path)])
 async def query(body: QueryRequest, ix: Tenant = Depends(reader), gw: Gateway = Depends(gateway)) -> Any:
-    req = gw.request(ix, body.question, body.mode, body.top_k, body.min_index_version)
+    req = gw.request(ix, body.question, body.mode, body.top_k, body.min_index_version, body.filter)
     if not body.stream:
         return JSONResponse(await gw.query(req))
 
