@@ -56,8 +56,9 @@ class EmbedderConfig(Section):
     cache_dir: Optional[str] = None
     # What runs a transformer model on CPU: "onnx" (ONNX Runtime, the graph exported once per machine into
     # onnx_dir; same vectors, about half the CPU, no torch in the process), "torch" (sentence-transformers),
-    # "auto": onnx for a CPU device where the model qualifies (Transformer -> mean Pooling) and float32
-    # arithmetic, else torch. GPUs and bfloat16 run in torch.
+    # "auto": onnx where questions are embedded one by one (Retrievers, `hygraph query`) on a CPU device, for
+    # a model that qualifies (Transformer -> mean Pooling) in float32; torch for batches of passages (it is
+    # faster on them: docs/bench/embedder_runtime.md), GPUs and bfloat16.
     runtime: Literal["auto", "torch", "onnx"] = "auto"
     onnx_dir: str = ""  # "": ~/.cache/hygraph/onnx
 

@@ -101,7 +101,7 @@ class QueryEngine:
         # The independent searches of one request (Search.many, Search.start) run side by side here.
         self.search_pool = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="hygraph-search")
         self.loaded = self._load(self.store.open())
-        self.embedder = embedder or make_embedder(cfg.embedder)
+        self.embedder = embedder or make_embedder(cfg.embedder, questions=True)
         self.llm = llm or make_llm(cfg.llm, cache_dir=str(Path(index_dir) / "llm_cache"))
 
     def _load(self, version: Version) -> Loaded:

@@ -1,9 +1,10 @@
-"""The embedder's arithmetic side by side: float32 against bfloat16 autocast, on the texts hygraph embeds.
+"""The embedder's runtimes side by side: torch float32 (the baseline), torch bfloat16 autocast, and ONNX Runtime
+(`embedder.runtime: onnx`, the CPU default), on the texts hygraph embeds.
 
-Three workloads, each embedded `--repeats` times per precision in alternating order (medians reported):
-questions (one short sentence each, the Retriever's work), passages (corpus documents, the build's) and
-summaries (the extractive LLM's summaries of groups of passages, the updater's work after an insert).
-Also the cosine between the two precisions' vectors of the same text, and the precision `auto` picks here.
+Four workloads, each embedded `--repeats` times per variant in rotating order (medians reported): one question
+per call (what a Retriever replica does for a query), questions in one batch, passages (corpus documents, the
+build's) and summaries (the extractive LLM's summaries of groups of passages, the updater's work after an
+insert). Per variant: wall and CPU ms per text, and the cosine of its vectors to the baseline's.
 
     python loadtests/bench_embedder.py --corpus ../shared/data/dev/2wiki_dev.corpus.jsonl --out runs/bench_embedder
 """
@@ -29,7 +30,10 @@ from hygraph.backends.llm.extractive import ExtractiveLLM  # noqa: E402
 from hygraph.config import EmbedderConfig  # noqa: E402
 from hygraph.data import DEMO_DIR  # noqa: E402
 
-PRECISIONS = ("float32", "bfloat16")
+VARIANTS = {"torch_float32": {"precision": "float32", "runtime": "torch"},
+            "torch_bfloat16": {"precision": "bfloat16", "runtime": "torch"},
+            "onnx_float32": {"precision": "float32", "runtime": "onnx"}}
+BASELINE = "torch_float32"
 
 
 def workloads(corpus: Path, n: int) -> dict[str, list[str]]:
@@ -39,7 +43,8 @@ def workloads(corpus: Path, n: int) -> dict[str, list[str]]:
     # Entities are the group's titles, as the knowledge stage names them; relations are left to the summary.
     summaries = llm.summarize([SummaryRequest(tuple(f"{d['title']}\n{d['text']}" for d in g),
                                               tuple(d["title"] for d in g)) for g in groups])
-    return {"questions": [f"What is known about {d['title']}?" for d in docs[:n]],
+    questions = [f"What is known about {d['title']}?" for d in docs[:n]]
+    return {"question_per_call": questions, "questions": questions,
             "passages": [d["text"] for d in docs[:n]], "summaries": summaries}
 
 
@@ -52,37 +57,47 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("runs/bench_embedder"))
     args = ap.parse_args()
     texts = workloads(args.corpus, args.n)
-    models = {p: make_embedder(EmbedderConfig(precision=p, device="cpu"), threads=args.threads) for p in PRECISIONS}
+    models = {v: make_embedder(EmbedderConfig(device="cpu", **opts), threads=args.threads)
+              for v, opts in VARIANTS.items()}
     for m in models.values():
         m.encode(["warm up"])
-    seconds: dict[str, dict[str, list[float]]] = {w: {p: [] for p in PRECISIONS} for w in texts}
+    names = list(VARIANTS)
+    wall: dict[str, dict[str, list[float]]] = {w: {v: [] for v in names} for w in texts}
+    cpu: dict[str, dict[str, list[float]]] = {w: {v: [] for v in names} for w in texts}
     vectors: dict[str, dict[str, np.ndarray]] = {w: {} for w in texts}
     for r in range(args.repeats):
         for w, batch in texts.items():
-            for p in (PRECISIONS if r % 2 == 0 else PRECISIONS[::-1]):
-                t0 = time.perf_counter()
-                vectors[w][p] = models[p].encode(batch)
-                seconds[w][p].append(time.perf_counter() - t0)
+            for v in names[r % len(names):] + names[:r % len(names)]:
+                t0, c0 = time.perf_counter(), time.process_time()
+                if w == "question_per_call":
+                    vectors[w][v] = np.vstack([models[v].encode([q]) for q in batch])
+                else:
+                    vectors[w][v] = models[v].encode(batch)
+                wall[w][v].append(time.perf_counter() - t0)
+                cpu[w][v].append(time.process_time() - c0)
     rows = []
     for w, batch in texts.items():
-        med = {p: statistics.median(seconds[w][p]) for p in PRECISIONS}
-        cos = (vectors[w]["float32"] * vectors[w]["bfloat16"]).sum(axis=1)
-        rows.append({"workload": w, "texts": len(batch), "mean_chars": round(float(np.mean([len(t) for t in batch]))),
-                     **{f"{p}_ms_per_text": round(1000 * med[p] / len(batch), 2) for p in PRECISIONS},
-                     "speedup": round(med["float32"] / med["bfloat16"], 2),
-                     "cosine_min": round(float(cos.min()), 6), "cosine_median": round(float(np.median(cos)), 6)})
+        row: dict = {"workload": w, "texts": len(batch), "mean_chars": round(float(np.mean([len(t) for t in batch])))}
+        for v in names:
+            cos = (vectors[w][BASELINE] * vectors[w][v]).sum(axis=1)
+            row[v] = {"wall_ms_per_text": round(1000 * statistics.median(wall[w][v]) / len(batch), 2),
+                      "cpu_ms_per_text": round(1000 * statistics.median(cpu[w][v]) / len(batch), 2),
+                      "cpu_ratio_to_baseline": round(statistics.median(cpu[w][v]) / statistics.median(cpu[w][BASELINE]),
+                                                     3),
+                      "cosine_min": round(float(cos.min()), 6)}
+        rows.append(row)
     report = {"machine": f"{platform.machine()}, {platform.processor() or 'cpu'}", "threads": args.threads,
-              "repeats": args.repeats, "auto_precision": resolve_precision("auto", "cpu"), "rows": rows}
+              "repeats": args.repeats, "auto_precision": resolve_precision("auto", "cpu"),
+              "auto_runtime": type(make_embedder(EmbedderConfig(device="cpu"), questions=True)).__name__, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    lines = [f"# Embedder precision: float32 vs bfloat16 autocast ({report['machine']}, {args.threads:g} thread(s), "
-             f"median of {args.repeats}; `auto` here: {report['auto_precision']})", "",
-             "| workload | texts | mean chars | float32 ms/text | bfloat16 ms/text | speedup | cosine min "
-             "| cosine median |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['workload']} | {r['texts']} | {r['mean_chars']} | {r['float32_ms_per_text']} | "
-              f"{r['bfloat16_ms_per_text']} | {r['speedup']}x | {r['cosine_min']} | {r['cosine_median']} |"
-              for r in rows]
+    lines = [f"# Embedder runtimes ({report['machine']}, {args.threads:g} thread(s), median of {args.repeats}; "
+             f"`auto` for questions here: {report['auto_runtime']}, precision {report['auto_precision']})", "",
+             "| workload | texts | mean chars | " + " | ".join(f"{v} CPU ms/text (x baseline, cos min)" for v in names)
+             + " |", "|---|---|---|" + "---|" * len(names)]
+    lines += [f"| {r['workload']} | {r['texts']} | {r['mean_chars']} | " + " | ".join(
+        f"{r[v]['cpu_ms_per_text']} ({r[v]['cpu_ratio_to_baseline']}x, {r[v]['cosine_min']})" for v in names) + " |"
+        for r in rows]
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

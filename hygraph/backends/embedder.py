@@ -230,12 +230,15 @@ class CachedEmbedder:
         return np.vstack([found[k] for k in keys]).astype(np.float32)
 
 
-def make_embedder(cfg: EmbedderConfig, threads: float | None = None) -> Embedder:
+def make_embedder(cfg: EmbedderConfig, threads: float | None = None, questions: bool = False) -> Embedder:
+    """The configured model. `questions`: it embeds questions one by one (a Retriever, the CLI's query), where
+    `runtime: auto` picks ONNX Runtime (0.45x torch's CPU per question); batches of passages stay in torch,
+    which is faster on them (docs/bench/embedder_runtime.md)."""
     path = model_path(cfg)
     model: Embedder
     if is_static_model(path):
         model = StaticEmbedder(path)
-    elif _runs_in_onnx(cfg, path):
+    elif _runs_in_onnx(cfg, path, questions):
         from hygraph.backends.onnx_embedder import OnnxEmbedder
 
         model = OnnxEmbedder(cfg, path, threads=threads)
@@ -248,8 +251,8 @@ def make_embedder(cfg: EmbedderConfig, threads: float | None = None) -> Embedder
                           + ("" if model.precision == "float32" else f"|{model.precision}"))
 
 
-def _runs_in_onnx(cfg: EmbedderConfig, path: Path) -> bool:
-    if cfg.runtime == "torch":
+def _runs_in_onnx(cfg: EmbedderConfig, path: Path, questions: bool) -> bool:
+    if cfg.runtime == "torch" or (cfg.runtime == "auto" and not questions):
         return False
     from hygraph.backends.onnx_embedder import exportable
 
