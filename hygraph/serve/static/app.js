@@ -71,7 +71,9 @@ function renderContext(context) {
   for (const [field, title] of CONTEXT_KINDS) {
     const items = context[field] ?? [];
     if (!items.length) continue;
-    box.append(h("details", { open: "" },
+    // Entities, relations and facts open; summaries and chunks are long and start folded.
+    const open = field === "summaries" || field === "chunks" ? {} : { open: "" };
+    box.append(h("details", open,
       h("summary", {}, `${title} (${items.length})`),
       h("ol", { class: "ctx", "aria-label": title }, ...items.map(contextItem))));
   }
