@@ -104,7 +104,7 @@ def test_console_asks_uploads_lists_opens_and_deletes(console_server, browser, s
     nodes = page.locator("#graph .node.entity")
     assert nodes.count() >= 2
     assert page.locator("#graph line.relation").count() >= 1
-    nodes.first.click()
+    nodes.first.locator("circle").click()
     expect(page.locator("#node-detail h4")).not_to_be_empty()
     page.screenshot(path=str(shots / "console-question-graph.png"), full_page=True)
 

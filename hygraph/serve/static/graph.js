@@ -128,7 +128,9 @@ export function draw(svg, graph, onSelect) {
       tabindex: 0, role: "button", "aria-label": `${node.kind} ${node.label}`, "data-node-id": node.id,
     });
     g.append(node.kind === "entity" ? el("circle", { r: 7 }) : el("rect", { x: -6, y: -6, width: 12, height: 12 }));
-    g.append(el("text", { x: 10, y: 4 }, truncate(node.label, 32)));
+    // Labels point towards the centre, so that those of nodes near an edge stay inside the drawing.
+    const left = node.x > box.width / 2;
+    g.append(el("text", { x: left ? -10 : 10, y: 4, "text-anchor": left ? "end" : "start" }, truncate(node.label, 32)));
     const select = () => {
       selected?.classList.remove("selected");
       selected = g;
