@@ -115,6 +115,7 @@ def test_console_asks_uploads_lists_opens_and_deletes(console_server, browser, s
     page.get_by_role("button", name="Upload").click()
     expect(page.locator("#add-status")).to_contain_text("Accepted 1 document(s): ")
     doc_id = page.locator("#add-status").inner_text().rsplit(": ", 1)[1]
+    page.locator("#add").screenshot(path=str(shots / "console-upload-progress.png"))
     job = page.locator(".job").first
     expect(job).to_have_attribute("data-status", "done", timeout=120_000)
     expect(job.locator(".job-state")).to_contain_text("done (index version ")

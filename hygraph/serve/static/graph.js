@@ -50,8 +50,9 @@ function truncate(text, n) {
   return text.length > n ? `${text.slice(0, n - 1)}…` : text;
 }
 
-// Positions in [0, width] x [0, height]: repulsion between every pair, springs along the edges, a pull
-// to the centre, and a cooling step size; deterministic (initial places on a circle).
+// Positions in [0, width] x [0, height] (Fruchterman-Reingold): repulsion k²/d between nodes closer than
+// 2k (beyond it, pieces of the graph that share no edge would drift to the walls), attraction d²/k along
+// the edges, a pull to the centre, and a cooling step size; deterministic (initial places on a circle).
 export function layout(graph, width, height, iterations = 300) {
   const n = graph.nodes.length;
   const index = new Map(graph.nodes.map((node, i) => [node.id, i]));
@@ -74,6 +75,7 @@ export function layout(graph, width, height, iterations = 300) {
         let ddy = y[i] - y[j];
         let d2 = ddx * ddx + ddy * ddy;
         if (d2 < 0.01) { ddx = 0.1 * (i - j); ddy = 0.1; d2 = ddx * ddx + ddy * ddy; }
+        if (d2 > 4 * k * k) continue;
         const force = (k * k) / d2; // repulsion k²/d, along the unit vector (ddx/d)
         dx[i] += ddx * force; dy[i] += ddy * force;
         dx[j] -= ddx * force; dy[j] -= ddy * force;
@@ -88,8 +90,8 @@ export function layout(graph, width, height, iterations = 300) {
       dx[b] += ddx * force; dy[b] += ddy * force;
     }
     for (let i = 0; i < n; i++) {
-      dx[i] += (width / 2 - x[i]) * 0.02;
-      dy[i] += (height / 2 - y[i]) * 0.02;
+      dx[i] += (width / 2 - x[i]) * 0.01 * k;
+      dy[i] += (height / 2 - y[i]) * 0.01 * k;
       const d = Math.sqrt(dx[i] * dx[i] + dy[i] * dy[i]) || 1;
       const move = Math.min(d, temperature);
       x[i] = Math.min(width - 30, Math.max(30, x[i] + (dx[i] / d) * move));
