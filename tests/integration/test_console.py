@@ -106,7 +106,17 @@ def test_console_asks_uploads_lists_opens_and_deletes(console_server, browser, s
     assert page.locator("#graph line.relation").count() >= 1
     nodes.first.locator("circle").click()
     expect(page.locator("#node-detail h4")).not_to_be_empty()
+    expect(page.locator("#node-detail")).not_to_contain_text("null")
     page.screenshot(path=str(shots / "console-question-graph.png"), full_page=True)
+
+    # Unstreamed, in hypergraph mode: hyperedge facts joined to their member entities.
+    page.get_by_label("Mode").select_option("hypergraph")
+    page.get_by_label("Stream the answer").uncheck()
+    page.get_by_role("button", name="Ask", exact=True).click()
+    expect(page.locator("#answer-meta")).to_contain_text("mode hypergraph", timeout=60_000)
+    expect(page.locator("#graph .node.hyperedge").first).to_be_visible()
+    assert page.locator("#graph line.member").count() >= 1
+    page.locator("#graph-figure").screenshot(path=str(shots / "console-hypergraph.png"))
 
     # Upload a .txt file and follow its job until the version holding it is served.
     upload = tmp_path / "quillimant-notes.txt"

@@ -107,14 +107,15 @@ function renderGraph(context) {
   const detail = $("node-detail");
   detail.replaceChildren();
   draw($("graph"), graph, (node) => {
-    detail.replaceChildren(
+    detail.replaceChildren(...[
       h("h4", {}, node.label),
       h("p", { class: "muted" }, node.kind === "entity" ? "entity" : "fact (hyperedge)"),
       h("p", {}, node.text || "No description in this answer's context."),
       node.relations?.length ? h("ul", { "aria-label": "Relations" }, ...node.relations.map((r) => h("li", {}, r)))
         : null,
       node.sources?.length ? h("p", {}, "Passages: ", ...node.sources.flatMap((id, i) => [i ? ", " : "", docLink(id)]))
-        : null);
+        : null,
+    ].filter((child) => child !== null));
   });
   const relations = graph.edges.filter((e) => e.kind === "relation").length;
   $("graph-caption").textContent = graph.nodes.length
