@@ -36,7 +36,7 @@ export function graphOf(context) {
   }
   for (const fact of context.hyperedges ?? []) {
     const id = `h:${fact.id}`;
-    if (!add(id, { kind: "hyperedge", label: truncate(fact.text, 28), text: fact.text, sources: fact.sources })) {
+    if (!add(id, { kind: "hyperedge", label: truncate(fact.text, 24), text: fact.text, sources: fact.sources })) {
       continue;
     }
     for (const member of fact.links ?? []) {
