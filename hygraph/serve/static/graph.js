@@ -4,13 +4,16 @@
 
 const SVG = "http://www.w3.org/2000/svg";
 const MAX_NODES = 60;
+const MAX_FACTS = 12;
 
 function entityLabel(item) {
   const colon = item.text.indexOf(":");
   return colon > 0 ? item.text.slice(0, colon) : item.text;
 }
 
-// {nodes: [{id, kind, label, text, sources}], edges: [{source, target, label}]} from a query's context.
+// {nodes: [{id, kind, label, text, sources}], edges: [{source, target, kind, label}]} from a query's context.
+// What connects comes first (relations, then up to MAX_FACTS facts with their members), then the other
+// entities in score order, up to MAX_NODES: a mode may return a hundred entities.
 export function graphOf(context) {
   const nodes = new Map();
   const edges = [];
@@ -18,31 +21,29 @@ export function graphOf(context) {
     if (!nodes.has(id) && nodes.size < MAX_NODES) nodes.set(id, { id, ...fields });
     return nodes.has(id);
   };
-  for (const item of context.entities ?? []) {
-    add(`e:${item.id}`, { kind: "entity", label: entityLabel(item), text: item.text, sources: item.sources });
-  }
-  // An end outside the context's entities is named by its id (the normalized entity name).
-  const end = (id) => add(`e:${id}`, { kind: "entity", label: id, text: "", sources: [] });
+  const known = new Map((context.entities ?? []).map((item) => [item.id, item]));
+  // An entity outside the context's entities is named by its id (the normalized entity name).
+  const entity = (id) => {
+    const item = known.get(id);
+    return add(`e:${id}`, item ? { kind: "entity", label: entityLabel(item), text: item.text, sources: item.sources }
+      : { kind: "entity", label: id, text: "", sources: [] });
+  };
   for (const rel of context.relations ?? []) {
     const [head, tail] = rel.links ?? [];
-    if (head === undefined || tail === undefined) continue;
-    if (end(head) && end(tail)) {
-      edges.push({ source: `e:${head}`, target: `e:${tail}`, kind: "relation", label: rel.text });
-      const node = nodes.get(`e:${head}`);
-      (node.relations ??= []).push(rel.text);
-      const other = nodes.get(`e:${tail}`);
-      if (other !== node) (other.relations ??= []).push(rel.text);
-    }
+    if (head === undefined || tail === undefined || !entity(head) || !entity(tail)) continue;
+    edges.push({ source: `e:${head}`, target: `e:${tail}`, kind: "relation", label: rel.text });
+    for (const end of new Set([head, tail])) (nodes.get(`e:${end}`).relations ??= []).push(rel.text);
   }
-  for (const fact of context.hyperedges ?? []) {
+  for (const fact of (context.hyperedges ?? []).slice(0, MAX_FACTS)) {
     const id = `h:${fact.id}`;
     if (!add(id, { kind: "hyperedge", label: truncate(fact.text, 24), text: fact.text, sources: fact.sources })) {
       continue;
     }
     for (const member of fact.links ?? []) {
-      if (end(member)) edges.push({ source: id, target: `e:${member}`, kind: "member", label: "" });
+      if (entity(member)) edges.push({ source: id, target: `e:${member}`, kind: "member", label: "" });
     }
   }
+  for (const item of context.entities ?? []) entity(item.id);
   return { nodes: [...nodes.values()], edges };
 }
 
