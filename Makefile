@@ -9,6 +9,13 @@ export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: setup lint test test-unit serve loadtest faults clean
 
+# The browser the web console's test drives (tests/integration/test_console.py): Debian's Chromium,
+# installed only when missing (needs root and apt access; the Python driver is in the `dev` extras).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	apt-get install -y --no-install-recommends chromium || \
+	  (apt-get update && apt-get install -y --no-install-recommends chromium)
+
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
@@ -25,7 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check hygraph tests loadtests k8s
 	$(BIN)/lint-imports
 
-test: lint
+test: lint $(CHROMIUM)
 	$(BIN)/pytest tests --durations=30
 
 test-unit: $(STAMP)

@@ -25,9 +25,9 @@ from hygraph.config import HygraphConfig
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.http import (ApiError, HttpLimits, RequestMiddleware, endpoint_name, from_http,
                                 from_validation, json_error)
-from hygraph.serve.routes import documents, indexes, ops, query
+from hygraph.serve.routes import console, documents, indexes, ops, query
 
-ROUTERS = (query.router, documents.router, indexes.router, ops.router)
+ROUTERS = (query.router, documents.router, indexes.router, ops.router, console.router)
 
 def _answered(to_api_error: Callable[[Request, Any], ApiError]) -> Any:
     """FastAPI's own errors (validation, unknown route) in the JSON error shape, counted like the rest."""

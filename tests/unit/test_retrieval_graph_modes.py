@@ -208,6 +208,7 @@ def test_hybrid_items_follow_equations_14_to_19(view, search):
     assert [r.score for r in ctx.relations] == pytest.approx([0.75, 0.55, 0.40])
     assert ctx.relations[1].text == "Dan Smith married to Yara Lee"
     assert ctx.relations[1].sources == ("dan",)
+    assert ctx.relations[1].links == ("dan smith", "yara lee")  # head and tail entity ids, for a graph view
     # chunks by PPR mass until they cover the k passages, in passage order
     assert list(dict.fromkeys(c.sources[0] for c in ctx.chunks)) == docs(ctx)
     assert [c.score for c in ctx.chunks] == sorted((c.score for c in ctx.chunks), reverse=True)

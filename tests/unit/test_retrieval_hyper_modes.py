@@ -208,6 +208,7 @@ def test_hyperedges_threshold_and_bidirectional_expansion() -> None:
     assert scores(ctx.entities) == [("alpha", 0.81), ("zed", 0.5832), ("gamma", 0.5), ("delta", 0.25),
                                     ("omega", 0.2)]
     assert ctx.hyperedges[0].text == "fact h1" and ctx.hyperedges[0].sources == ("d1",)
+    assert ctx.hyperedges[0].links == ("alpha", "zed")  # its member entity ids, for a graph view
     [(_, rows, k_h)] = search.of_kind("hyperedges")
     np.testing.assert_allclose(rows, Q[None, :])
     assert k_h == 60

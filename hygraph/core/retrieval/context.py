@@ -82,6 +82,8 @@ class ContextItem:
     sources: Sequence[str] = ()  # corpus passage ids this item derives from (a tuple, or LazySources)
     layer: int = 0
     number: int = 0  # its place in the answer prompt (core/prompt.py), what an answer cites; 0 before
+    # The entity ids it connects: a relation's head and tail, a hyperedge's members (what a graph view draws).
+    links: Sequence[str] = ()
 
 
 @dataclass
@@ -127,6 +129,7 @@ class Context:
 def _item_dict(item: ContextItem) -> dict[str, Any]:
     out = {f.name: getattr(item, f.name) for f in fields(item)}
     out["sources"] = tuple(item.sources)
+    out["links"] = tuple(item.links)
     return out
 
 

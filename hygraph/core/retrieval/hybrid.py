@@ -152,7 +152,8 @@ def relation_item(rid: str, score: float, view: IndexView) -> ContextItem:
     """HyGRAG eq. 20 context item: a triplet in entity names, sourced to the passages stating it."""
     head, phrase, tail, _ = view.relations[rid]
     text = f"{view.entity_name.get(head, head)} {phrase} {view.entity_name.get(tail, tail)}"
-    return ContextItem(rid, "relation", text, score, _docs(view.relation_chunks.get(rid, ()), view))
+    return ContextItem(rid, "relation", text, score, _docs(view.relation_chunks.get(rid, ()), view),
+                       links=(head, tail))
 
 
 def searched_members(summary_ids: Iterable[str], searched: set[str], view: IndexView) -> set[str]:

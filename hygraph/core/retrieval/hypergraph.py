@@ -95,7 +95,8 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
                 for cid in sorted(kept, key=lambda cid: place[cid][0])],
         entities=[ContextItem(u, "entity", _entity_text(view, u), s, doc_of.lazy(view.entity_chunks, u))
                   for u, s in _best_first(entity_score)],
-        hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s, doc_of.lazy(view.hyperedge_chunks, e))
+        hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s, doc_of.lazy(view.hyperedge_chunks, e),
+                                links=tuple(view.hyperedge_entities[e]))
                     for e, s in _best_first(edge_score)],
         passages=passages,
         notes={"question_entities": list(spans)},
