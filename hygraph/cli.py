@@ -86,7 +86,7 @@ def cmd_index(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.indexing.build import build_index
 
     return build_index(cfg, args.corpus, args.index_dir, triples=args.triples, kg=args.kg,
-                       graph=not args.dense_only)
+                       graph=not args.dense_only, restart=args.restart)
 
 
 def cmd_query(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -200,6 +200,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--kg", default=None, help="an existing knowledge graph: [head, relation, tail] per line")
     s.add_argument("--dense-only", action="store_true",
                    help="chunks and their vectors only: no graph, hierarchy or hyperbolic stages")
+    s.add_argument("--restart", action="store_true",
+                   help="discard the unfinished build of the same inputs instead of resuming it (a rerun after "
+                        "a crash or Ctrl-C otherwise keeps every stage that finished: <index-dir>/builds/)")
     s.set_defaults(run=cmd_index)
 
     s = sub.add_parser("query", parents=[config_after], help="answer one question")
