@@ -192,7 +192,8 @@ def _parser() -> argparse.ArgumentParser:
     config_after.add_argument("--config", default=argparse.SUPPRESS, help="YAML config (default: configs/local.yaml)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    s = sub.add_parser("index", parents=[config_after], help="build a new index version from a JSONL corpus")
+    s = sub.add_parser("index", parents=[config_after],
+                       help="build a new index version from a JSONL corpus (rerun after a crash: it resumes)")
     s.add_argument("--corpus", required=True)
     s.add_argument("--index-dir", required=True)
     s.add_argument("--triples", default=None,
