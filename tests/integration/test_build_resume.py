@@ -26,15 +26,12 @@ MODES = "dense,hybrid,hyperbolic"
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> tuple[Path, Path]:
-    """The demo corpus's first passages and the demo questions they answer."""
+    """The demo corpus's first passages and five demo questions (the rankings compared need no gold passage)."""
     out = tmp_path_factory.mktemp("resume_data")
     rows = (DEMO_DIR / "corpus.jsonl").read_text().splitlines()[:PASSAGES]
-    ids = {json.loads(r)["id"] for r in rows}
-    questions = [q for q in map(json.loads, (DEMO_DIR / "questions.jsonl").read_text().splitlines())
-                 if set(q["supporting_ids"]) <= ids]
-    assert len(questions) >= 3
+    questions = (DEMO_DIR / "questions.jsonl").read_text().splitlines()[:5]
     (out / "corpus.jsonl").write_text("\n".join(rows) + "\n")
-    (out / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    (out / "questions.jsonl").write_text("\n".join(questions) + "\n")
     return out / "corpus.jsonl", out / "questions.jsonl"
 
 
@@ -83,8 +80,9 @@ def test_a_killed_build_resumes_to_the_same_version(small, tmp_path):
     before = _ranked(index_dir, questions, tmp_path / "first.json")
 
     # Killed once a mid stage is checkpointed, then again while its collections are being written.
-    rec = _killed_when(args, index_dir, lambda r: "hierarchy" in r.get("done", []), tmp_path / "kill1.log")
-    assert rec["done"][-1] == "hierarchy" and rec["collections"] == {}
+    mid = "embed entities, relations, hyperedges"  # the hierarchy (LLM summaries) follows: seconds to kill in
+    rec = _killed_when(args, index_dir, lambda r: mid in r.get("done", []), tmp_path / "kill1.log")
+    assert rec["done"] == ["chunk+embed+extract", "cleora", mid] and rec["collections"] == {}
     assert list((index_dir / "builds").glob("*/ingest/shard-*.arrow"))
     rec = _killed_when(args, index_dir, lambda r: bool(r.get("collections")), tmp_path / "kill2.log")
     assert rec["generation"] == 2 and "hyperbolic" in rec["done"]
@@ -99,8 +97,15 @@ def test_a_killed_build_resumes_to_the_same_version(small, tmp_path):
     for key in ("documents", "chunks", "entities", "relations", "hyperedges", "summaries", "layers"):
         assert again[key] == first[key], key
     assert again["llm_calls"]["summarize"] == first["llm_calls"]["summarize"]
-    assert stats["worker_peak_rss_bytes"] > 0 and stats["driver_peak_rss_bytes"] > 0
-    assert stats["vectors_written"] > 0 and stats["vectors_per_s"] > 0
+    # Accounting: the uninterrupted build's Ray workers reported their peak RSS and node per stage; the
+    # resumed one ran no Ray work (every stage loaded) and wrote only the collections not kept.
+    ran = first["stats"]
+    assert ran["worker_peak_rss_bytes"] > 0
+    assert set(ran["nodes_per_stage"]) == set(ran["worker_peak_rss_bytes_per_stage"])
+    assert {"chunk+embed+extract", "hierarchy"} <= set(ran["nodes_per_stage"])
+    assert ran["vectors_per_s"] > 0 and ran["checkpoint_bytes_written"] > 0 and ran["resumed_stages"] == []
+    assert stats["driver_peak_rss_bytes"] > 0 and stats["worker_peak_rss_bytes"] == 0
+    assert set(stats["seconds_of_resumed_stages"]) == set(stats["resumed_stages"])
     assert [p for p in (index_dir / "builds").iterdir() if p.is_dir()] == []
     assert _ranked(index_dir, questions, tmp_path / "again.json") == before
 
