@@ -70,6 +70,7 @@ def _killed_when(args: list[str], index_dir: Path, ready, log: Path) -> dict:
     return _record(index_dir)
 
 
+@pytest.mark.timeout(1500)  # four builds (two killed) and two evals: about 6 minutes on 2 shared cores
 def test_a_killed_build_resumes_to_the_same_version(small, tmp_path):
     corpus, questions = small
     index_dir = tmp_path / "index"
