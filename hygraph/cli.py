@@ -101,7 +101,7 @@ def cmd_index(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.indexing.build import build_index
 
     return build_index(cfg, args.corpus, args.index_dir, triples=args.triples, kg=args.kg,
-                       graph=not args.dense_only)
+                       graph=not args.dense_only, restart=args.restart)
 
 
 def cmd_query(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -210,7 +210,8 @@ def _parser() -> argparse.ArgumentParser:
     config_after.add_argument("--config", default=argparse.SUPPRESS, help="YAML config (default: configs/local.yaml)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    s = sub.add_parser("index", parents=[config_after], help="build a new index version from a JSONL corpus")
+    s = sub.add_parser("index", parents=[config_after],
+                       help="build a new index version from a JSONL corpus (rerun after a crash: it resumes)")
     s.add_argument("--corpus", required=True)
     s.add_argument("--index-dir", required=True)
     s.add_argument("--index", default=None, metavar="NAME", help=INDEX_HELP)
@@ -219,6 +220,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--kg", default=None, help="an existing knowledge graph: [head, relation, tail] per line")
     s.add_argument("--dense-only", action="store_true",
                    help="chunks and their vectors only: no graph, hierarchy or hyperbolic stages")
+    s.add_argument("--restart", action="store_true",
+                   help="discard the unfinished build of the same inputs instead of resuming it (a rerun after "
+                        "a crash or Ctrl-C otherwise keeps every stage that finished: <index-dir>/builds/)")
     s.set_defaults(run=cmd_index)
 
     s = sub.add_parser("query", parents=[config_after], help="answer one question")

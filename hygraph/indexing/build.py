@@ -5,14 +5,18 @@ Stages, in order (each module in indexing/stages/ holds its build and its update
 hierarchy, hyperbolic, lexical (BM25 postings). Everything is validated before anything is
 written; vectors go into collections named after the new version, and a failure drops them and
 the version's segments, so a failed build leaves the previous version serving untouched.
+
+The build is resumable (indexing/checkpoint.py): each finished stage's outputs are kept under
+`<index>/builds/<fingerprint>/` until the commit, and a rerun of the same command loads them.
 """
 
 from __future__ import annotations
 
+import resource
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -21,6 +25,8 @@ from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import Usage
 from hygraph.config import HygraphConfig
 from hygraph.errors import InputError
+from hygraph.indexing import checkpoint
+from hygraph.indexing.checkpoint import Checkpoint
 from hygraph.indexing.progress import Stages
 from hygraph.runtime import init_ray
 from hygraph.indexing.stages import graph as graph_stage
@@ -31,6 +37,8 @@ from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPERED
                                      metadata_text)
 from hygraph.store.manifest import HierarchyInfo, HyperbolicInfo, Manifest
 from hygraph.store.versions import GcResult, IndexStore
+
+T = TypeVar("T")
 
 
 def build_knowledge(ing: ingest.Ingested, triples: list[TripleRecord] | None, kg: str | Path | None
@@ -46,7 +54,8 @@ def build_knowledge(ing: ingest.Ingested, triples: list[TripleRecord] | None, kg
 
 def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
                 triples: str | Path | None = None, kg: str | Path | None = None,
-                graph: bool = True) -> dict[str, Any]:
+                graph: bool = True, restart: bool = False) -> dict[str, Any]:
+    """Build a new index version; resumes the unfinished build of the same inputs unless `restart`."""
     stages = Stages("index")
     with stages.stage("load corpus"):
         docs = load_corpus(corpus)
@@ -61,15 +70,22 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
     # The connection is not held through the long compute (idle gRPC channels get GOAWAY).
     vectorstore.connect(cfg.vector_store, index_dir).close()
     store = IndexStore(index_dir, create=True)
+    ckpt = Checkpoint(index_dir, checkpoint.fingerprint(corpus, triples, kg, cfg.index_hash(), graph), restart)
+    if ckpt.record.done:
+        stages.note(f"resuming the unfinished build {ckpt.dir.name}: {', '.join(ckpt.record.done)} kept")
     cache_dir = cfg.llm.cache_dir or str(Path(index_dir) / "llm_cache")
     usage = Usage()
     init_ray(cfg.ray)
-    ing = ingest.build(cfg, docs, stages, extract=graph and not triples, cache_dir=cache_dir)
+    extract = graph and not triples
+    shard_dir = ckpt.shard_dir("ingest")
+    ing = _resumable(stages, ckpt, "chunk+embed+extract" if extract else "chunk+embed",
+                     lambda: ingest.build(cfg, docs, stages, extract=extract, cache_dir=cache_dir, shard_dir=shard_dir),
+                     lambda _: None, lambda: ingest.read_shards(shard_dir, docs, extract), timed=False)
     if ing.extract_calls:
         usage.count("extract", calls=ing.extract_calls)
     built = _Built(docs, ing)
     if graph:
-        _build_graph_stages(cfg, built, records, kg, stages, cache_dir, usage)
+        _build_graph_stages(cfg, built, records, kg, stages, ckpt, cache_dir, usage)
     with stages.stage("lexical"):
         built.lexical = lexical.build(built.chunk_ids, [c.text for c in ing.chunks],
                                       built.graph.entity_ids if built.graph is not None else None)
@@ -80,20 +96,23 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
         # Journal jobs already applied to the replaced version stay applied: the rebuild takes
         # over its offset, and jobs after it are applied on top of the new version.
         offset = store.manifest(previous).journal_offset if previous is not None else 0
-        with store.begin() as w:
-            writer = vectors.CollectionWriter(vs, store, w.version)
+        with store.begin(prefer=ckpt.record.generation) as w:
+            writer = vectors.CollectionWriter(vs, store, w.version, kept=ckpt.kept_collections(w.version),
+                                              on_written=ckpt.collection_written)
             with stages.stage("write vectors"):
                 built.write_vectors(writer)
+            if writer.kept:
+                stages.note(f"write vectors: collections {', '.join(writer.kept)} kept from the checkpoint")
             with stages.stage("write snapshot"):
                 manifest = built.write_tables(w, cfg)
                 manifest.generation, manifest.collections = w.version, writer.collections
                 manifest.config_hash, manifest.journal_offset = cfg.index_hash(), offset
                 manifest.llm_calls = usage.calls()
-                manifest.stats["seconds_per_stage"] = stages.seconds
-                manifest.stats["bytes_written"] = w.bytes_written
+                manifest.stats.update(_accounting(stages, ckpt, writer, w.bytes_written))
                 w.commit(manifest)
                 version = w.version
         writer = None
+        ckpt.remove()
         # The versions before a rebuild go once their grace ends, with their segments and collections,
         # and so do the collections of builds that died before committing.
         try:
@@ -110,7 +129,42 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
     return {"version": version, **{k: counts[k] for k in
                                    ("documents", "chunks", "entities", "relations", "hyperedges", "summaries")},
             "layers": manifest.stats.get("layers", 0), "seconds": stages.total, "llm_calls": usage.calls(),
-            "stats": manifest.stats}
+            "resumed_stages": ckpt.resumed, "stats": manifest.stats}
+
+
+def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWriter,
+                segment_bytes: int) -> dict[str, Any]:
+    """The manifest's statistics of how this run of the build went."""
+    return {"seconds_per_stage": stages.seconds, "resumed_stages": ckpt.resumed,
+            "seconds_of_resumed_stages": {s: ckpt.record.seconds[s] for s in ckpt.resumed},
+            "collections_kept": writer.kept,
+            "driver_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "worker_peak_rss_bytes": max(stages.worker_rss.values(), default=0),
+            "worker_peak_rss_bytes_per_stage": stages.worker_rss,
+            "nodes_per_stage": {s: sorted(n) for s, n in stages.worker_nodes.items()},
+            "bytes_written": segment_bytes, "checkpoint_bytes_written": stages.bytes_written + ckpt.bytes_written,
+            "vectors_written": writer.vectors_written,
+            "vectors_per_s": round(writer.vectors_written / writer.seconds, 1) if writer.seconds > 0 else 0.0}
+
+
+def _resumable(stages: Stages, ckpt: Checkpoint, name: str, compute: Callable[[], T], save: Callable[[T], None],
+               load: Callable[[], T], llm_calls: Callable[[], dict[str, int]] = dict, timed: bool = True) -> T:
+    """Stage `name`: loaded from the checkpoint when an earlier run finished it, else computed and saved.
+    `timed=False`: `compute` times the stage itself (under `name`)."""
+    if ckpt.done(name):
+        with stages.stage(name):
+            stages.note(f"{name}: resumed from the checkpoint (it took {ckpt.record.seconds[name]:.1f}s)")
+            value = load()
+        ckpt.resumed.append(name)
+        return value
+    if timed:
+        with stages.stage(name):
+            value = compute()
+    else:
+        value = compute()
+    save(value)
+    ckpt.finish(name, stages.seconds.get(name, 0.0), llm_calls())
+    return value
 
 
 def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, Any]:
@@ -274,30 +328,52 @@ class _Built:
 
 
 def _build_graph_stages(cfg: HygraphConfig, built: _Built, records: list[TripleRecord] | None,
-                        kg: str | Path | None, stages: Stages, cache_dir: str, usage: Usage) -> None:
+                        kg: str | Path | None, stages: Stages, ckpt: Checkpoint, cache_dir: str,
+                        usage: Usage) -> None:
     ing = built.ing
+    # Knowledge and the hybrid graph are pure, quick functions of the ingest output: derived again on resume.
     with stages.stage("knowledge"):
         kb = built.kb = build_knowledge(ing, records, kg)
     with stages.stage("hybrid graph"):
         hg = built.graph = graph_stage.build(cfg, built.chunk_ids, kb)
-    with stages.stage("cleora"):
-        built.cleora = structure.build(cfg.cleora, hg)
-    with stages.stage("embed entities, relations, hyperedges"):
-        built.vecs = vectors.build(cfg.embedder, kb, hg.entity_ids, list(kb.relations), hg.hyperedge_ids, stages,
-                                   cfg.indexing.batch_size)
-    with stages.stage("hierarchy"):
-        llm = make_llm(cfg.llm, cache_dir=cache_dir)
+    nodes = {"nodes": list(hg.node_ids)}
+    built.cleora = _resumable(
+        stages, ckpt, "cleora", lambda: structure.build(cfg.cleora, hg),
+        lambda v: checkpoint.save_named(ckpt, "cleora", {"cleora": v}, nodes),
+        lambda: checkpoint.load_named(ckpt, "cleora", nodes)["cleora"])
+    knowledge_ids = {"entities": list(hg.entity_ids), "relations": list(kb.relations),
+                     "hyperedges": list(hg.hyperedge_ids)}
+    built.vecs = _resumable(
+        stages, ckpt, "embed entities, relations, hyperedges",
+        lambda: vectors.build(cfg.embedder, kb, hg.entity_ids, list(kb.relations), hg.hyperedge_ids, stages,
+                              cfg.indexing.batch_size),
+        lambda v: checkpoint.save_named(ckpt, "knowledge_vectors", v, knowledge_ids),
+        lambda: checkpoint.load_named(ckpt, "knowledge_vectors", knowledge_ids))
+    llm = make_llm(cfg.llm, cache_dir=cache_dir)
+
+    def build_hierarchy() -> hierarchy.HierarchyResult:
         encoder = ingest.Encoder(cfg.embedder)
         try:
-            built.hier = hierarchy.build(cfg, built.chunk_ids, [c.text for c in ing.chunks], ing.embeddings, kb, hg,
-                                         {"entities": built.vecs["entities"], "cleora": built.cleora}, llm, encoder,
-                                         stages.note)
+            return hierarchy.build(cfg, built.chunk_ids, [c.text for c in ing.chunks], ing.embeddings, kb, hg,
+                                   {"entities": built.vecs["entities"], "cleora": built.cleora}, llm, encoder,
+                                   stages.note)
         finally:
+            for rss, node in encoder.reports():
+                stages.worker(rss, {node})
             encoder.close()
-        usage.merge(llm.usage)
+
+    built.hier = _resumable(stages, ckpt, "hierarchy", build_hierarchy,
+                            lambda v: checkpoint.save_hierarchy(ckpt, v), lambda: checkpoint.load_hierarchy(ckpt),
+                            llm_calls=llm.usage.calls)
+    usage.merge(llm.usage)
+    if "hierarchy" in ckpt.resumed:
+        for role, n in ckpt.record.llm_calls.get("hierarchy", {}).items():
+            usage.count(role, calls=n)
     if cfg.hyperbolic.enabled:
-        with stages.stage("hyperbolic"):
-            built.hyp = hyperbolic.build(cfg.hyperbolic, [c.text for c in ing.chunks], ing.embeddings)
+        built.hyp = _resumable(
+            stages, ckpt, "hyperbolic",
+            lambda: hyperbolic.build(cfg.hyperbolic, [c.text for c in ing.chunks], ing.embeddings),
+            lambda v: checkpoint.save_hyperbolic(ckpt, v), lambda: checkpoint.load_hyperbolic(ckpt))
 
 
 def ensure_demo_index(cfg: HygraphConfig, index_dir: Path) -> None:

@@ -59,17 +59,30 @@ class Stages:
     def __init__(self, prefix: str = "index") -> None:
         self.prefix = prefix
         self.seconds: dict[str, float] = {}
+        # Ray workers that ran a stage's work: their largest peak RSS (bytes) and their nodes' IPs.
+        self.worker_rss: dict[str, int] = {}
+        self.worker_nodes: dict[str, set[str]] = {}
+        self.bytes_written = 0  # intermediate files (a build's checkpoint)
+        self._open: list[str] = []
         self._t0 = time.perf_counter()
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         self.note(f"{name} ...")
         t = time.perf_counter()
+        self._open.append(name)
         try:
             yield
         finally:
+            self._open.pop()
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t, 3)
             self.note(f"{name} done in {self.seconds[name]:.1f}s")
+
+    def worker(self, rss_bytes: int, nodes: set[str]) -> None:
+        """A Ray worker of the innermost open stage reported its peak RSS and node."""
+        name = self._open[-1] if self._open else "other"
+        self.worker_rss[name] = max(self.worker_rss.get(name, 0), rss_bytes)
+        self.worker_nodes.setdefault(name, set()).update(nodes)
 
     def note(self, message: str) -> None:
         print(f"[{self.prefix}] {message}", file=sys.stderr, flush=True)

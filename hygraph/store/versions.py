@@ -208,12 +208,20 @@ class IndexStore:
         return Version(self, self.manifest(version))
 
     @contextmanager
-    def begin(self) -> Iterator[VersionWriter]:
-        """Reserve the next version number; on any exception its unpublished segments are removed."""
+    def begin(self, prefer: int | None = None) -> Iterator[VersionWriter]:
+        """Reserve the next version number, or `prefer` while it is still above every published version and
+        no live writer holds it (a resumed build keeps the number its vector collections are named after);
+        on any exception its unpublished segments are removed."""
         with self.lock():
             reserved = [int(m.group(1)) for p in self.versions_dir.iterdir() if (m := _TMP.match(p.name))]
             self._clean_stale_markers()
-            version = max(self.versions() + reserved + [0]) + 1
+            live = {int(m.group(1)) for p in self.versions_dir.iterdir() if (m := _TMP.match(p.name))}
+            published = self.versions()
+            if prefer is not None and prefer > max(published + [0]) and prefer not in live:
+                version = prefer
+                self._remove_segments_of(version)  # what the dead writer of that number left
+            else:
+                version = max(published + reserved + [0]) + 1
             marker = self.versions_dir / f".tmp-{version}-{os.getpid()}"
             marker.mkdir()
         writer = VersionWriter(self, version)

@@ -9,22 +9,50 @@ updater's process with its own models.
 from __future__ import annotations
 
 import json
+import resource
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from hygraph.config import EmbedderConfig, HygraphConfig, LLMConfig
 from hygraph.indexing.chunker import chunk_documents
 from hygraph.indexing.progress import Stages
 from hygraph.model import Chunk, Document, Extraction
+from hygraph.store import stage_files
 
 if TYPE_CHECKING:
     from hygraph.backends.embedder import Embedder, Tokenizer
     from hygraph.backends.llm.base import LLM
 
 CHUNK_COLS = ("id", "doc_id", "ordinal", "text", "n_tokens", "title")
+# Each Ray Data step adds its worker's peak RSS and node to every row it returns (popped by the driver).
+WORKER_RSS, WORKER_NODE = "worker_rss_", "worker_node_"
+
+
+def worker_report() -> tuple[int, str]:
+    """This process's peak RSS in bytes (ru_maxrss is in KiB on Linux) and its Ray node's IP."""
+    import ray
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, ray.util.get_node_ip_address()
+
+
+def _report(batch: dict[str, Any], step: str, n: int) -> None:
+    rss, node = worker_report()
+    batch[WORKER_RSS + step] = np.full(n, rss, np.int64)
+    batch[WORKER_NODE + step] = np.array([node] * n, dtype=object)
+
+
+def pop_reports(batch: dict[str, Any], stages: Stages) -> None:
+    """Move the worker columns of a batch into the stage accounting."""
+    for key in [k for k in batch if k.startswith(WORKER_RSS)]:
+        rss, nodes = batch.pop(key), batch.pop(WORKER_NODE + key[len(WORKER_RSS):])
+        if len(rss):
+            stages.worker(int(rss.max()), set(nodes.tolist()))
 
 
 @lru_cache(maxsize=4)
@@ -39,9 +67,14 @@ def chunk_batch(batch: dict[str, np.ndarray], model: str, size: int, overlap: in
     docs = [Document(id=str(i), title=str(t), text=str(x))
             for i, t, x in zip(batch["id"], batch["title"], batch["text"])]
     chunks = chunk_documents(docs, tokenizer(model), size, overlap)
-    return {"id": [c.id for c in chunks], "doc_id": [c.doc_id for c in chunks],
-            "ordinal": [c.ordinal for c in chunks], "text": [c.text for c in chunks],
-            "n_tokens": [c.n_tokens for c in chunks], "title": [c.title for c in chunks]}
+    per_doc = Counter(c.doc_id for c in chunks)
+    out: dict[str, Any] = {
+        "id": [c.id for c in chunks], "doc_id": [c.doc_id for c in chunks],
+        "ordinal": [c.ordinal for c in chunks], "text": [c.text for c in chunks],
+        "n_tokens": [c.n_tokens for c in chunks], "title": [c.title for c in chunks],
+        "doc_chunks": [per_doc[c.doc_id] for c in chunks]}  # a resumed ingest keeps only whole documents
+    _report(out, "chunk", len(chunks))
+    return out
 
 
 class EmbedStage:
@@ -54,6 +87,7 @@ class EmbedStage:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         batch["embedding"] = self.embedder.encode([str(t) for t in batch["text"]])
+        _report(batch, "embed", len(batch["text"]))
         return batch
 
 
@@ -81,6 +115,7 @@ class ExtractStage:
             calls[0] = self.llm.usage.roles["extract"].calls - before
         batch["extraction"] = np.array([json.dumps(e.to_dict()) for e in extractions], dtype=object)
         batch["llm_calls"] = calls
+        _report(batch, "extract", len(chunks))
         return batch
 
 
@@ -94,49 +129,103 @@ class Ingested:
     extract_calls: int = 0
 
 
-def build(cfg: HygraphConfig, docs: list[Document], stages: Stages, extract: bool, cache_dir: str) -> Ingested:
-    """Ray Data: read -> chunk (tasks) -> embed (actor pool) [-> extract (actor pool)]."""
+def build(cfg: HygraphConfig, docs: list[Document], stages: Stages, extract: bool, cache_dir: str,
+          shard_dir: Path) -> Ingested:
+    """Ray Data: read -> chunk (tasks) -> embed (actor pool) [-> extract (actor pool)].
+
+    Every batch the stream yields is written to `shard_dir` as it lands (one Arrow file each), and the
+    result is read back from there: a rerun after a kill streams only the documents whose chunks are not
+    all in the shards already.
+    """
     import ray.data
 
     emb = cfg.embedder
-    # Length order keeps each embedding batch evenly padded; corpus order is restored below.
-    by_length = sorted(docs, key=lambda d: len(d.text))
-    ds = ray.data.from_items([{"id": d.id, "title": d.title, "text": d.text} for d in by_length],
-                             override_num_blocks=max(1, min(64, len(docs) // 200)))
-    # Chunking is light; a small CPU share keeps it schedulable beside the actor pools.
-    ds = ds.map_batches(chunk_batch, batch_size=256, num_cpus=0.1,
-                        fn_kwargs={"model": emb.model, "size": cfg.chunking.size_tokens,
-                                   "overlap": cfg.chunking.overlap_tokens})
-    ds = ds.map_batches(EmbedStage, batch_size=cfg.indexing.batch_size,
-                        compute=ray.data.ActorPoolStrategy(size=emb.pool_size),
-                        num_cpus=emb.num_cpus, num_gpus=emb.num_gpus or None,
-                        fn_constructor_kwargs={"embedder": emb.model_dump(), "threads": emb.num_cpus})
-    if extract:
-        ds = ds.map_batches(ExtractStage, batch_size=cfg.indexing.batch_size,
-                            compute=ray.data.ActorPoolStrategy(size=cfg.indexing.extract_pool_size),
-                            num_cpus=cfg.indexing.extract_num_cpus,
-                            fn_constructor_kwargs={"llm": cfg.llm.model_dump(), "cache_dir": cache_dir})
-    cols: dict[str, list[Any]] = {k: [] for k in CHUNK_COLS}
-    vecs: list[np.ndarray] = []
-    extractions: list[Extraction] = []
-    calls = 0
+    whole = complete_documents(shard_dir)
+    todo = [d for d in docs if d.id not in whole]
+    if len(todo) < len(docs):
+        stages.note(f"ingest: {len(docs) - len(todo):,} of {len(docs):,} documents kept from the checkpoint")
     with stages.stage("chunk+embed+extract" if extract else "chunk+embed"), \
-            stages.bar(len(docs), "documents") as bar:
-        seen: set[str] = set()
-        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            for k in CHUNK_COLS:
-                cols[k].extend(batch[k].tolist())
-            vecs.append(np.asarray(batch["embedding"], dtype=np.float32))
+            stages.bar(len(todo), "documents") as bar:
+        if todo:
+            # Length order keeps each embedding batch evenly padded; corpus order is restored below.
+            by_length = sorted(todo, key=lambda d: len(d.text))
+            ds = ray.data.from_items([{"id": d.id, "title": d.title, "text": d.text} for d in by_length],
+                                     override_num_blocks=max(1, min(64, len(todo) // 200)))
+            # Chunking is light; a small CPU share keeps it schedulable beside the actor pools.
+            ds = ds.map_batches(chunk_batch, batch_size=256, num_cpus=0.1,
+                                fn_kwargs={"model": emb.model, "size": cfg.chunking.size_tokens,
+                                           "overlap": cfg.chunking.overlap_tokens})
+            ds = ds.map_batches(EmbedStage, batch_size=cfg.indexing.batch_size,
+                                compute=ray.data.ActorPoolStrategy(size=emb.pool_size),
+                                num_cpus=emb.num_cpus, num_gpus=emb.num_gpus or None,
+                                fn_constructor_kwargs={"embedder": emb.model_dump(), "threads": emb.num_cpus})
             if extract:
-                extractions.extend(Extraction.from_dict(json.loads(x)) for x in batch["extraction"])
-                calls += int(batch["llm_calls"].sum())
-            new = set(batch["doc_id"].tolist()) - seen
-            seen |= new
-            bar.update(len(new))
+                ds = ds.map_batches(ExtractStage, batch_size=cfg.indexing.batch_size,
+                                    compute=ray.data.ActorPoolStrategy(size=cfg.indexing.extract_pool_size),
+                                    num_cpus=cfg.indexing.extract_num_cpus,
+                                    fn_constructor_kwargs={"llm": cfg.llm.model_dump(), "cache_dir": cache_dir})
+            seq = 1 + max((int(p.stem.split("-")[1]) for p in shard_dir.glob("shard-*.arrow")), default=0)
+            seen: set[str] = set()
+            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                pop_reports(batch, stages)
+                stages.bytes_written += stage_files.write_table(shard_dir / f"shard-{seq:06d}.arrow",
+                                                                _shard(batch, extract))
+                seq += 1
+                new = set(batch["doc_id"].tolist()) - seen
+                seen |= new
+                bar.update(len(new))
+        return read_shards(shard_dir, docs, extract)
+
+
+def _shard(batch: dict[str, np.ndarray], extract: bool) -> pa.Table:
+    vecs = np.ascontiguousarray(batch["embedding"], dtype=np.float32)
+    cols: dict[str, Any] = {k: pa.array(batch[k].tolist()) for k in (*CHUNK_COLS, "doc_chunks")}
+    cols["embedding"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.ravel()), vecs.shape[1])
+    if extract:
+        cols["extraction"] = pa.array(batch["extraction"].tolist(), pa.string())
+        cols["llm_calls"] = pa.array(batch["llm_calls"], pa.int64())
+    return pa.table(cols)
+
+
+def _shards(shard_dir: Path) -> pa.Table | None:
+    tables = [stage_files.read_table(p) for p in sorted(shard_dir.glob("shard-*.arrow"))]
+    return pa.concat_tables(tables) if tables else None
+
+
+def _latest_rows(ids: list[str]) -> dict[str, int]:
+    """Chunk id -> its last row: a document streamed again after a kill wrote its chunks twice."""
+    return {cid: i for i, cid in enumerate(ids)}
+
+
+def complete_documents(shard_dir: Path) -> set[str]:
+    """The documents whose every chunk is in the shards."""
+    t = _shards(shard_dir)
+    if t is None:
+        return set()
+    doc_ids, expect = t.column("doc_id").to_pylist(), t.column("doc_chunks").to_pylist()
+    have = Counter(doc_ids[i] for i in _latest_rows(t.column("id").to_pylist()).values())
+    return {doc_ids[i] for i in range(len(doc_ids)) if have[doc_ids[i]] == expect[i]}
+
+
+def read_shards(shard_dir: Path, docs: list[Document], extract: bool) -> Ingested:
+    """The chunks of `docs` in corpus order from the shards (documents cut off by a kill are left out: the
+    caller streams them again), with the LLM calls every shard's extraction made."""
+    t = _shards(shard_dir)
+    if t is None:
+        return Ingested([], np.zeros((0, 0), np.float32), [], 0)
+    whole = complete_documents(shard_dir)
+    cols = {k: t.column(k).to_pylist() for k in CHUNK_COLS}
     position = {d.id: i for i, d in enumerate(docs)}
-    order = sorted(range(len(cols["id"])), key=lambda i: (position[cols["doc_id"][i]], cols["ordinal"][i]))
-    chunks = [Chunk(*(cols[k][i] for k in CHUNK_COLS)) for i in order]
-    return Ingested(chunks, np.vstack(vecs)[order], [extractions[i] for i in order] if extract else [], calls)
+    rows = [i for i in _latest_rows(cols["id"]).values() if cols["doc_id"][i] in whole]
+    rows.sort(key=lambda i: (position[cols["doc_id"][i]], cols["ordinal"][i]))
+    emb = t.column("embedding").combine_chunks()
+    vecs = emb.flatten().to_numpy().reshape(len(emb), emb.type.list_size)[rows]
+    chunks = [Chunk(*(cols[k][i] for k in CHUNK_COLS)) for i in rows]
+    if not extract:
+        return Ingested(chunks, vecs, [], 0)
+    extraction = t.column("extraction").to_pylist()
+    return Ingested(chunks, vecs, [Extraction.from_dict(json.loads(extraction[i])) for i in rows],
+                    sum(t.column("llm_calls").to_pylist()))
 
 
 def chunk(cfg: HygraphConfig, docs: Sequence[Document]) -> list[Chunk]:
@@ -172,6 +261,7 @@ def embed_bulk(cfg: EmbedderConfig, texts: Sequence[str], stages: Stages, desc: 
     parts: list[np.ndarray] = []
     with stages.bar(len(texts), desc) as bar:
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            pop_reports(batch, stages)
             parts.append(np.asarray(batch["embedding"], dtype=np.float32))
             bar.update(len(parts[-1]))
     out = np.empty((len(texts), parts[0].shape[1]), np.float32)
@@ -187,6 +277,9 @@ class _EncoderActor:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         return self.embedder.encode(texts)
+
+    def report(self) -> tuple[int, str]:
+        return worker_report()
 
 
 class Encoder:
@@ -207,6 +300,10 @@ class Encoder:
         parts = np.array_split(np.arange(len(texts)), len(self.actors))
         refs = [a.encode.remote([texts[i] for i in idx]) for a, idx in zip(self.actors, parts) if len(idx)]
         return np.vstack(self._ray.get(refs))
+
+    def reports(self) -> list[tuple[int, str]]:
+        """Each actor's peak RSS (bytes) and node IP."""
+        return self._ray.get([a.report.remote() for a in self.actors])
 
     def close(self) -> None:
         for actor in self.actors:

@@ -8,9 +8,10 @@ upserts, and the ids the new version no longer has are retired after it is publi
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -101,12 +102,21 @@ class CollectionWriter:
     is created, so a build that never commits (a crash, a kill) leaves nothing `hygraph gc` or the
     next build does not drop. Then every kind is created, filled and sealed side by side: while the
     server builds one collection's index, this process encodes the next one's rows. A failed build
-    drops them together (`drop_all`)."""
+    drops them together (`drop_all`).
 
-    def __init__(self, vs: VectorStore, store: IndexStore, generation: int, keep_empty: bool = False) -> None:
+    A resumed build passes the collections an earlier run of it fully wrote (`kept`, kind -> name): those
+    that still exist are kept; `on_written(kind, name)` is told of each collection once it is sealed."""
+
+    def __init__(self, vs: VectorStore, store: IndexStore, generation: int, kept: dict[str, str] | None = None,
+                 on_written: Callable[[str, str], None] = lambda kind, name: None, keep_empty: bool = False) -> None:
         self.vs, self.store, self.generation = vs, store, generation
         self.keep_empty = keep_empty  # an empty index still gets every collection, for inserts to fill
         self.collections: dict[str, str] = {}
+        self.kept: list[str] = []  # kinds kept from an earlier run
+        self.vectors_written = 0
+        self.seconds = 0.0
+        self._from_before = dict(kept or {})
+        self._on_written = on_written
         self._pending: list[tuple[str, list[str], np.ndarray, str, list[int] | None]] = []
 
     def add(self, kind: str, ids: list[str], vectors: np.ndarray, metric: str = "IP",
@@ -116,16 +126,26 @@ class CollectionWriter:
             self._pending.append((kind, ids, vectors, metric, layers))
 
     def write(self) -> None:
+        t0 = time.perf_counter()
         names = {kind: self.store.collection(self.generation, kind) for kind, *_ in self._pending}
         self.store.record_collections(self.generation, names.values())
         self.collections.update(names)
         pending, self._pending = self._pending, []
-        if not pending:
-            return
-        with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="collection") as pool:
-            for done in [pool.submit(self._write_one, names[kind], ids, vecs, metric, layers)
-                         for kind, ids, vecs, metric, layers in pending]:
-                done.result()
+        todo = []
+        for kind, ids, vecs, metric, layers in pending:
+            if self._from_before.get(kind) == names[kind] and self.vs.exists(names[kind]):
+                self.kept.append(kind)
+            else:
+                todo.append((kind, ids, vecs, metric, layers))
+        if todo:
+            with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="collection") as pool:
+                futures = {pool.submit(self._write_one, names[kind], ids, vecs, metric, layers): kind
+                           for kind, ids, vecs, metric, layers in todo}
+                for done in as_completed(futures):
+                    done.result()
+                    self._on_written(futures[done], names[futures[done]])
+        self.vectors_written += sum(len(ids) for _, ids, *_ in todo)
+        self.seconds += time.perf_counter() - t0
 
     def _write_one(self, name: str, ids: list[str], vectors: np.ndarray, metric: str,
                    layers: list[int] | None) -> None:

@@ -1,0 +1,236 @@
+"""A resumable `hygraph index`: each finished stage's outputs kept under `<index>/builds/<fingerprint>/`.
+
+A build is named by the fingerprint of its inputs (the corpus, triples and KG files' bytes, the config's
+`index_hash` and the graph flag), so a rerun of the same command after a crash finds its checkpoint and
+loads every finished stage instead of computing it again; a rerun with other inputs removes the stale
+checkpoint, and `--restart` discards it. The ingest stage keeps its work per Ray Data batch
+(`ingest/shard-*.arrow`, stages/ingest.py); the other stages write their outputs once done. The
+vector collections a build fully wrote are recorded with the version they are named after, so a
+resumed build that reserves the same version keeps them; a collection cut off mid-write is not
+recorded and is written again. Every file is written whole or not at all (store/stage_files.py),
+and the record (`build.json`) is rewritten atomically after each stage. The commit removes the
+checkpoint.
+
+Stages that are pure, quick functions of the ingest output (knowledge, hybrid graph, lexical postings)
+are derived again in the driver rather than stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from hygraph.errors import InputError, StoreError
+from hygraph.indexing.stages.hierarchy import HierarchyResult
+from hygraph.indexing.stages.hyperbolic import Trained
+from hygraph.processes import locked, pid_alive
+from hygraph.store import stage_files
+from hygraph.store.files import write_atomic
+
+FORMAT = 1
+BUILDS = "builds"  # under the index directory
+RECORD = "build.json"
+
+
+@dataclass
+class BuildRecord:
+    """What a build has finished, rewritten after every stage."""
+
+    fingerprint: str
+    pid: int  # the process building now; a live one owns the checkpoint
+    done: list[str] = field(default_factory=list)  # finished stages, in the order they finished
+    seconds: dict[str, float] = field(default_factory=dict)  # what each finished stage took when it ran
+    llm_calls: dict[str, dict[str, int]] = field(default_factory=dict)  # stage -> role -> calls it made
+    generation: int | None = None  # the version the vector collections below are named after
+    collections: dict[str, str] = field(default_factory=dict)  # kind -> collection created, filled and sealed
+    format: int = FORMAT
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
+
+    @staticmethod
+    def from_json(data: bytes, where: str) -> "BuildRecord":
+        try:
+            raw = json.loads(data)
+            if raw.get("format") != FORMAT:
+                raise StoreError(f"{where}: build checkpoint format {raw.get('format')} is not {FORMAT}")
+            known = {f.name for f in fields(BuildRecord)}
+            return BuildRecord(**{k: v for k, v in raw.items() if k in known})
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise StoreError(f"{where}: not a readable build checkpoint record ({exc})") from None
+
+
+def fingerprint(corpus: str | Path, triples: str | Path | None, kg: str | Path | None, index_hash: str,
+                graph: bool) -> str:
+    """The build's identity: every input file's bytes (length-prefixed, so no two inputs run together), the
+    settings that shape an index and the graph flag."""
+    h = hashlib.sha256()
+    for label, path in (("corpus", corpus), ("triples", triples), ("kg", kg)):
+        h.update(f"{label}:".encode())
+        if path is None:
+            h.update(b"none;")
+            continue
+        p = Path(path)
+        h.update(f"{p.stat().st_size};".encode())
+        with p.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    h.update(f"index_hash:{index_hash};graph:{int(graph)}".encode())
+    return h.hexdigest()[:24]
+
+
+def _read_record(directory: Path) -> BuildRecord | None:
+    path = directory / RECORD
+    return BuildRecord.from_json(path.read_bytes(), str(path)) if path.is_file() else None
+
+
+class Checkpoint:
+    """One build's checkpoint directory and record. Opening it removes the checkpoints of other builds that no
+    live process owns (and this one's too with `restart`)."""
+
+    def __init__(self, index_dir: str | Path, fp: str, restart: bool = False) -> None:
+        self.builds = Path(index_dir) / BUILDS
+        self.dir = self.builds / fp
+        self.resumed: list[str] = []
+        self.bytes_written = 0
+        with locked(self.builds / ".lock"):
+            for other in sorted(p for p in self.builds.iterdir() if p.is_dir()):
+                try:
+                    owner = _read_record(other)
+                except StoreError:
+                    owner = None  # unreadable: nothing to keep
+                if owner is not None and owner.pid != os.getpid() and pid_alive(owner.pid):
+                    if other == self.dir:
+                        raise InputError(f"another `hygraph index` (pid {owner.pid}) is building the same inputs "
+                                         f"into {index_dir}")
+                    continue  # a live build of other inputs keeps its checkpoint
+                if other != self.dir or restart:
+                    shutil.rmtree(other)
+            self.dir.mkdir(exist_ok=True)
+            try:
+                record = _read_record(self.dir)
+            except StoreError:
+                record = None  # a record from another format: start over
+                shutil.rmtree(self.dir)
+                self.dir.mkdir()
+            self.record = record or BuildRecord(fp, os.getpid())
+            self.record.pid = os.getpid()
+            self._save()
+
+    def _save(self) -> None:
+        write_atomic(self.dir / RECORD, self.record.to_json())
+
+    def done(self, stage: str) -> bool:
+        return stage in self.record.done
+
+    def finish(self, stage: str, seconds: float, llm_calls: dict[str, int] | None = None) -> None:
+        """Record `stage` as finished: its outputs are on disk."""
+        if stage not in self.record.done:
+            self.record.done.append(stage)
+        self.record.seconds[stage] = seconds
+        if llm_calls:
+            self.record.llm_calls[stage] = dict(llm_calls)
+        self._save()
+
+    def llm_calls(self) -> dict[str, int]:
+        """The LLM calls the recorded stages made, per role (added to this run's, the build's total)."""
+        out: dict[str, int] = {}
+        for calls in self.record.llm_calls.values():
+            for role, n in calls.items():
+                out[role] = out.get(role, 0) + n
+        return out
+
+    def shard_dir(self, stage: str) -> Path:
+        path = self.dir / stage
+        path.mkdir(exist_ok=True)
+        return path
+
+    def kept_collections(self, generation: int) -> dict[str, str]:
+        """The collections fully written for `generation`; a record for another generation is reset (its
+        collections are garbage collected as those of a build that never published)."""
+        if self.record.generation != generation:
+            self.record.generation, self.record.collections = generation, {}
+            self._save()
+        return dict(self.record.collections)
+
+    def collection_written(self, kind: str, name: str) -> None:
+        self.record.collections[kind] = name
+        self._save()
+
+    def write_arrays(self, name: str, arrays: dict[str, np.ndarray]) -> None:
+        self.bytes_written += stage_files.write_arrays(self.dir / f"{name}.npz", arrays)
+
+    def read_arrays(self, name: str) -> dict[str, np.ndarray]:
+        return stage_files.read_arrays(self.dir / f"{name}.npz")
+
+    def write_table(self, name: str, table: pa.Table) -> None:
+        self.bytes_written += stage_files.write_table(self.dir / f"{name}.arrow", table)
+
+    def read_table(self, name: str) -> pa.Table:
+        return stage_files.read_table(self.dir / f"{name}.arrow")
+
+    def remove(self) -> None:
+        """The build committed: its checkpoint is no longer needed."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def save_hierarchy(ckpt: Checkpoint, result: HierarchyResult) -> None:
+    table = pa.table({"id": pa.array(result.ids, pa.string()), "layer": pa.array(result.layers, pa.int64()),
+                      "text": pa.array(result.texts, pa.string()),
+                      "children": pa.array(result.children, pa.list_(pa.string())),
+                      "extra": pa.array(result.extra, pa.list_(pa.string())),
+                      "key": pa.array(result.keys, pa.string()),
+                      "codes": pa.array([c.tolist() for c in result.codes], pa.list_(pa.int64()))},
+                     metadata={"partitioner": result.partitioner})
+    ckpt.write_table("hierarchy", table)
+    ckpt.write_arrays("hierarchy", {**{f"part{i}": p for i, p in enumerate(result.embedding_parts)},
+                                    **{f"planes{layer}": p for layer, p in result.hyperplanes.items()}})
+
+
+def load_hierarchy(ckpt: Checkpoint) -> HierarchyResult:
+    table = ckpt.read_table("hierarchy")
+    arrays = ckpt.read_arrays("hierarchy")
+    col = table.to_pydict()
+    parts = sorted((int(k[4:]), v) for k, v in arrays.items() if k.startswith("part"))
+    return HierarchyResult(ids=col["id"], layers=col["layer"], texts=col["text"], children=col["children"],
+                           extra=col["extra"], keys=col["key"], codes=[np.asarray(c, np.int64) for c in col["codes"]],
+                           embedding_parts=[v for _, v in parts],
+                           hyperplanes={int(k[6:]): v for k, v in arrays.items() if k.startswith("planes")},
+                           partitioner=table.schema.metadata[b"partitioner"].decode())
+
+
+def save_hyperbolic(ckpt: Checkpoint, trained: Trained) -> None:
+    ckpt.write_table("hyperbolic", pa.table({"terms": pa.array([sorted(t) for t in trained.terms],
+                                                                pa.list_(pa.string()))}))
+    ckpt.write_arrays("hyperbolic", {"edges": trained.edges, "points": trained.points,
+                                     "M": np.array(trained.M, np.float64)})
+
+
+def load_hyperbolic(ckpt: Checkpoint) -> Trained:
+    terms = [set(t) for t in ckpt.read_table("hyperbolic").column("terms").to_pylist()]
+    arrays = ckpt.read_arrays("hyperbolic")
+    return Trained(terms, arrays["edges"], arrays["points"], float(arrays["M"]))
+
+
+def save_named(ckpt: Checkpoint, stage: str, arrays: dict[str, np.ndarray], ids: dict[str, list[str]]) -> None:
+    """Arrays whose rows follow id lists (Cleora: graph nodes; knowledge vectors: entities, relations,
+    hyperedges); the ids are stored with them so a load can check they still line up."""
+    ckpt.write_arrays(stage, arrays)
+    ckpt.write_table(stage, pa.table({k: pa.array([json.dumps(v)], pa.string()) for k, v in ids.items()}))
+
+
+def load_named(ckpt: Checkpoint, stage: str, ids: dict[str, list[str]]) -> dict[str, np.ndarray]:
+    stored: dict[str, Any] = {k: json.loads(v[0]) for k, v in ckpt.read_table(stage).to_pydict().items()}
+    for key, expect in ids.items():
+        if stored.get(key) != list(expect):
+            raise StoreError(f"{ckpt.dir}: the {stage} checkpoint's {key} ids differ from this build's "
+                             "(rerun with --restart)")
+    return ckpt.read_arrays(stage)

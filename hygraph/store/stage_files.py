@@ -1,0 +1,52 @@
+"""A build's intermediate results on disk: named arrays (.npz) and Arrow tables (.arrow), each written atomically.
+
+What a resumable build keeps between runs (indexing/checkpoint.py): a file is there whole or not at all
+(temp file, fsync, rename), so a build killed while writing one finds the stage undone, never a part.
+Arrays are read without pickle: only numeric and string arrays are stored.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from hygraph.errors import StoreError
+from hygraph.store.files import write_atomic
+
+
+def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> int:
+    """Store `arrays` under their names in one .npz file; returns the bytes written."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    data = buf.getvalue()
+    write_atomic(path, data)
+    return len(data)
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: not a readable array file ({exc}); rerun with --restart") from None
+
+
+def write_table(path: Path, table: pa.Table) -> int:
+    """Store `table` as one Arrow IPC file; returns the bytes written."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    data = sink.getvalue().to_pybytes()
+    write_atomic(path, data)
+    return len(data)
+
+
+def read_table(path: Path) -> pa.Table:
+    try:
+        with pa.OSFile(str(path)) as source:
+            return pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise StoreError(f"{path}: not a readable Arrow file ({exc}); rerun with --restart") from None

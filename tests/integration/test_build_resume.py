@@ -1,0 +1,132 @@
+"""A `hygraph index` killed mid-build resumes: the rerun keeps the finished stages and the written collections,
+its version equals an uninterrupted build's, and no collection of the killed runs is left in Milvus."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hygraph.backends.vectorstore import connect
+from hygraph.config import load_config
+from hygraph.data import DEMO_DIR
+from hygraph.indexing import checkpoint
+from hygraph.store.versions import IndexStore
+from tests.integration.conftest import HYGRAPH, cli_env, last_json, run_cli
+
+pytestmark = pytest.mark.integration
+
+PASSAGES = 16
+MODES = "dense,hybrid,hyperbolic"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> tuple[Path, Path]:
+    """The demo corpus's first passages and five demo questions (the rankings compared need no gold passage)."""
+    out = tmp_path_factory.mktemp("resume_data")
+    rows = (DEMO_DIR / "corpus.jsonl").read_text().splitlines()[:PASSAGES]
+    questions = (DEMO_DIR / "questions.jsonl").read_text().splitlines()[:5]
+    (out / "corpus.jsonl").write_text("\n".join(rows) + "\n")
+    (out / "questions.jsonl").write_text("\n".join(questions) + "\n")
+    return out / "corpus.jsonl", out / "questions.jsonl"
+
+
+def _ranked(index_dir: Path, questions: Path, out: Path) -> dict:
+    proc = run_cli("eval", "--index-dir", str(index_dir), "--questions", str(questions), "--modes", MODES,
+                   "--k", "5", "--out", str(out))
+    last_json(proc)
+    return json.loads(out.read_text())["ranked"]
+
+
+def _record(index_dir: Path) -> dict:
+    for path in (index_dir / "builds").glob("*/build.json"):
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            continue  # never: the record is replaced atomically
+    return {}
+
+
+def _killed_when(args: list[str], index_dir: Path, ready, log: Path) -> dict:
+    """Run `hygraph index` and SIGKILL it once its checkpoint record satisfies `ready`; the record then."""
+    with log.open("w") as err:
+        proc = subprocess.Popen([*HYGRAPH, *args], stdout=subprocess.DEVNULL, stderr=err, env=cli_env(),
+                                cwd=Path(__file__).resolve().parents[2])
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline and not ready(_record(index_dir)):
+            time.sleep(0.05)
+        assert proc.poll() is None, f"the build ended before it could be killed:\n{log.read_text()[-3000:]}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(60)
+    return _record(index_dir)
+
+
+@pytest.mark.timeout(1500)  # four builds (two killed) and two evals: about 6 minutes on 2 shared cores
+def test_a_killed_build_resumes_to_the_same_version(small, tmp_path):
+    corpus, questions = small
+    index_dir = tmp_path / "index"
+    args = ["index", "--corpus", str(corpus), "--index-dir", str(index_dir)]
+    first = last_json(run_cli(*args))
+    assert first["resumed_stages"] == []
+    assert [p for p in (index_dir / "builds").iterdir() if p.is_dir()] == []  # the commit removed it
+    before = _ranked(index_dir, questions, tmp_path / "first.json")
+
+    # Killed once a mid stage is checkpointed, then again while its collections are being written.
+    mid = "embed entities, relations, hyperedges"  # the hierarchy (LLM summaries) follows: seconds to kill in
+    rec = _killed_when(args, index_dir, lambda r: mid in r.get("done", []), tmp_path / "kill1.log")
+    assert rec["done"] == ["chunk+embed+extract", "cleora", mid] and rec["collections"] == {}
+    assert list((index_dir / "builds").glob("*/ingest/shard-*.arrow"))
+    rec = _killed_when(args, index_dir, lambda r: bool(r.get("collections")), tmp_path / "kill2.log")
+    assert rec["generation"] == 2 and "hyperbolic" in rec["done"]
+    assert "resumed from the checkpoint" in (tmp_path / "kill2.log").read_text()
+
+    again = last_json(run_cli(*args))
+    stats = again["stats"]
+    assert again["resumed_stages"] == stats["resumed_stages"] == [
+        "chunk+embed+extract", "cleora", "embed entities, relations, hyperedges", "hierarchy", "hyperbolic"]
+    assert set(stats["collections_kept"]) <= set(rec["collections"]) and stats["collections_kept"]
+    assert again["version"] == 2
+    for key in ("documents", "chunks", "entities", "relations", "hyperedges", "summaries", "layers"):
+        assert again[key] == first[key], key
+    assert again["llm_calls"]["summarize"] == first["llm_calls"]["summarize"]
+    # Accounting: the uninterrupted build's Ray workers reported their peak RSS and node per stage; the
+    # resumed one ran no Ray work (every stage loaded) and wrote only the collections not kept.
+    ran = first["stats"]
+    assert ran["worker_peak_rss_bytes"] > 0
+    assert set(ran["nodes_per_stage"]) == set(ran["worker_peak_rss_bytes_per_stage"])
+    assert {"chunk+embed+extract", "hierarchy"} <= set(ran["nodes_per_stage"])
+    assert ran["vectors_per_s"] > 0 and ran["checkpoint_bytes_written"] > 0 and ran["resumed_stages"] == []
+    assert stats["driver_peak_rss_bytes"] > 0 and stats["worker_peak_rss_bytes"] == 0
+    assert set(stats["seconds_of_resumed_stages"]) == set(stats["resumed_stages"])
+    assert [p for p in (index_dir / "builds").iterdir() if p.is_dir()] == []
+    assert _ranked(index_dir, questions, tmp_path / "again.json") == before
+
+    # Every collection in Milvus is one a version names: none of the killed runs' is left.
+    store = IndexStore(index_dir)
+    named = {n for v in store.versions() for n in store.manifest(v).collections.values()}
+    vs = connect(load_config(None).vector_store, index_dir)
+    try:
+        present = {n for n in vs.client.list_collections() if n.startswith(f"hg_{store.uid}_")}
+    finally:
+        vs.close()
+    assert present == named and set(store.manifest(2).collections.values()) <= named
+    assert not list(store.versions_dir.glob(".collections-*"))
+
+    # --restart discards an unfinished build: a checkpoint claiming the dense ingest done (with no shards)
+    # would leave the version without chunks if it were resumed.
+    cfg = load_config(None)
+    fp = checkpoint.fingerprint(corpus, None, None, cfg.index_hash(), False)
+    (index_dir / "builds" / fp).mkdir()
+    (index_dir / "builds" / fp / "build.json").write_bytes(
+        checkpoint.BuildRecord(fp, 1 << 30, done=["chunk+embed"], seconds={"chunk+embed": 1.0}).to_json())
+    dense = last_json(run_cli(*args, "--dense-only", "--restart"))
+    assert dense["resumed_stages"] == [] and dense["chunks"] == first["chunks"]

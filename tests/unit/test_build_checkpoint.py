@@ -1,0 +1,193 @@
+"""The resumable build's checkpoint: fingerprint, record, directory rules, stage files, resumed collections."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from hygraph.backends.vectorstore import connect
+from hygraph.config import VectorStoreConfig
+from hygraph.errors import InputError, StoreError
+from hygraph.indexing import checkpoint
+from hygraph.indexing.checkpoint import BuildRecord, Checkpoint
+from hygraph.indexing.stages import ingest
+from hygraph.indexing.stages.hierarchy import HierarchyResult
+from hygraph.indexing.stages.hyperbolic import Trained
+from hygraph.indexing.stages.vectors import CollectionWriter
+from hygraph.model import Document
+from hygraph.store import stage_files
+from hygraph.store.versions import IndexStore
+
+FAISS = VectorStoreConfig(backend="faiss", index_type="FLAT", device="cpu")
+
+
+def _files(tmp_path, **content: str):
+    out = {}
+    for name, text in content.items():
+        out[name] = tmp_path / name
+        out[name].write_text(text)
+    return out
+
+
+def test_fingerprint_follows_every_input_and_nothing_else(tmp_path):
+    f = _files(tmp_path, corpus='{"id": "a"}\n', copy='{"id": "a"}\n', other='{"id": "b"}\n', empty="",
+               ab="ab", c="c", a="a", bc="bc")
+    base = checkpoint.fingerprint(f["corpus"], None, None, "h1", True)
+    assert base == checkpoint.fingerprint(f["copy"], None, None, "h1", True)  # bytes, not the path
+    assert len(base) == 24
+    others = [checkpoint.fingerprint(f["other"], None, None, "h1", True),
+              checkpoint.fingerprint(f["corpus"], f["empty"], None, "h1", True),  # an empty file is not "none"
+              checkpoint.fingerprint(f["corpus"], None, f["empty"], "h1", True),
+              checkpoint.fingerprint(f["corpus"], None, None, "h2", True),
+              checkpoint.fingerprint(f["corpus"], None, None, "h1", False)]
+    assert len({base, *others}) == 6
+    # Inputs are length-prefixed: bytes moved from one file to the next change the fingerprint.
+    assert checkpoint.fingerprint(f["ab"], f["c"], None, "h", True) != \
+        checkpoint.fingerprint(f["a"], f["bc"], None, "h", True)
+
+
+def test_record_round_trips_and_a_foreign_record_is_refused():
+    rec = BuildRecord("fp", 12, done=["cleora"], seconds={"cleora": 1.5}, llm_calls={"hierarchy": {"summarize": 3}},
+                      generation=4, collections={"chunks": "hg_x_g4_chunks"})
+    assert BuildRecord.from_json(rec.to_json(), "here") == rec
+    with pytest.raises(StoreError, match="format 9"):
+        BuildRecord.from_json(json.dumps({"fingerprint": "fp", "pid": 1, "format": 9}).encode(), "here")
+    with pytest.raises(StoreError, match="not a readable"):
+        BuildRecord.from_json(b"[1, 2", "here")
+
+
+def test_a_checkpoint_keeps_finished_stages_until_other_inputs_or_restart(tmp_path):
+    ck = Checkpoint(tmp_path, "fp1")
+    assert ck.record.done == [] and ck.record.pid == os.getpid()
+    ck.finish("cleora", 2.0)
+    ck.finish("hierarchy", 3.0, {"summarize": 5})
+    ck.write_arrays("cleora", {"cleora": np.ones((2, 2), np.float32)})
+    again = Checkpoint(tmp_path, "fp1")
+    assert again.record.done == ["cleora", "hierarchy"] and again.done("hierarchy") and not again.done("hyperbolic")
+    assert again.llm_calls() == {"summarize": 5}
+    assert np.array_equal(again.read_arrays("cleora")["cleora"], np.ones((2, 2)))
+    other = Checkpoint(tmp_path, "fp2")  # other inputs: the stale checkpoint goes
+    assert not (tmp_path / "builds" / "fp1").exists() and other.record.done == []
+    other.finish("cleora", 1.0)
+    assert Checkpoint(tmp_path, "fp2", restart=True).record.done == []
+    Checkpoint(tmp_path, "fp2").remove()
+    assert not (tmp_path / "builds" / "fp2").exists()
+
+
+def test_a_live_build_keeps_its_checkpoint(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for fp in ("busy", "mine"):
+            (tmp_path / "builds" / fp).mkdir(parents=True)
+        (tmp_path / "builds" / "busy" / "build.json").write_bytes(BuildRecord("busy", sleeper.pid).to_json())
+        (tmp_path / "builds" / "mine" / "build.json").write_bytes(BuildRecord("mine", sleeper.pid).to_json())
+        with pytest.raises(InputError, match=f"pid {sleeper.pid}.*same inputs"):
+            Checkpoint(tmp_path, "mine")
+        Checkpoint(tmp_path, "third")
+        assert (tmp_path / "builds" / "busy").is_dir()  # another live build's: kept
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    Checkpoint(tmp_path, "third")  # its owner is dead now: removed
+    assert sorted(p.name for p in (tmp_path / "builds").iterdir() if p.is_dir()) == ["third"]
+
+
+def test_hierarchy_hyperbolic_and_named_arrays_load_as_saved(tmp_path):
+    ck = Checkpoint(tmp_path, "fp")
+    hier = HierarchyResult(partitioner="leiden")
+    hier.add("s1", 1, "one", ["c1", "c2"], ["c3"], "k1", np.array([3, 1]))
+    hier.add("s2", 2, "two", ["s1"], [], "k2", np.array([], np.int64))
+    hier.embedding_parts = [np.arange(4, dtype=np.float32).reshape(1, 4), np.ones((1, 4), np.float32)]
+    hier.hyperplanes = {2: np.full((3, 4), 0.5)}
+    checkpoint.save_hierarchy(ck, hier)
+    got = checkpoint.load_hierarchy(ck)
+    assert (got.ids, got.layers, got.texts, got.children, got.extra, got.keys, got.partitioner) == \
+        (hier.ids, hier.layers, hier.texts, hier.children, hier.extra, hier.keys, "leiden")
+    assert [c.tolist() for c in got.codes] == [[3, 1], []] and got.codes[1].dtype == np.int64
+    assert np.array_equal(got.embeddings, hier.embeddings) and list(got.hyperplanes) == [2]
+    assert np.array_equal(got.hyperplanes[2], hier.hyperplanes[2])
+
+    trained = Trained([{"b", "a"}, set()], np.array([[0, 1]], np.int64), np.array([[0.1, 0.2], [0.3, 0.4]]), 2.5)
+    checkpoint.save_hyperbolic(ck, trained)
+    back = checkpoint.load_hyperbolic(ck)
+    assert back.terms == [{"a", "b"}, set()] and back.M == 2.5
+    assert np.array_equal(back.edges, trained.edges) and np.array_equal(back.points, trained.points)
+
+    ids = {"nodes": ["c1", "e1"]}
+    checkpoint.save_named(ck, "cleora", {"cleora": np.eye(2)}, ids)
+    assert np.array_equal(checkpoint.load_named(ck, "cleora", ids)["cleora"], np.eye(2))
+    with pytest.raises(StoreError, match="nodes ids differ"):
+        checkpoint.load_named(ck, "cleora", {"nodes": ["e1", "c1"]})
+    assert ck.bytes_written > 0
+
+
+def _shard(rows: list[tuple[str, str, int, int]], dim: int = 2) -> pa.Table:
+    """(chunk id, doc id, ordinal, chunks of the doc) rows; embedding = [ordinal, ordinal]."""
+    vecs = np.array([[r[2]] * dim for r in rows], np.float32)
+    return pa.table({"id": [r[0] for r in rows], "doc_id": [r[1] for r in rows], "ordinal": [r[2] for r in rows],
+                     "text": [f"text {r[0]}" for r in rows], "n_tokens": [3] * len(rows),
+                     "title": [r[1].upper() for r in rows], "doc_chunks": [r[3] for r in rows],
+                     "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vecs.ravel()), dim)})
+
+
+def test_ingest_shards_keep_only_whole_documents_in_corpus_order(tmp_path):
+    docs = [Document("b", "B", "x"), Document("a", "A", "y"), Document("c", "C", "z")]
+    assert ingest.complete_documents(tmp_path) == set()
+    assert ingest.read_shards(tmp_path, docs, extract=False).chunks == []
+    # A kill left doc c cut off (1 of its 2 chunks); doc a was streamed twice.
+    stage_files.write_table(tmp_path / "shard-000001.arrow", _shard([("a:1", "a", 1, 2), ("c:0", "c", 0, 2)]))
+    stage_files.write_table(tmp_path / "shard-000002.arrow",
+                            _shard([("a:0", "a", 0, 2), ("a:1", "a", 1, 2), ("b:0", "b", 0, 1)]))
+    assert ingest.complete_documents(tmp_path) == {"a", "b"}
+    ing = ingest.read_shards(tmp_path, docs, extract=False)
+    assert [c.id for c in ing.chunks] == ["b:0", "a:0", "a:1"]
+    assert ing.embeddings.tolist() == [[0, 0], [0, 0], [1, 1]] and ing.chunks[1].title == "A"
+
+
+def test_a_resumed_writer_keeps_the_collections_written_and_rewrites_the_rest(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    vs = connect(FAISS, tmp_path)
+    ck = Checkpoint(tmp_path, "fp")
+    with store.begin(prefer=ck.record.generation) as w:
+        gen = w.version
+        writer = CollectionWriter(vs, store, gen, kept=ck.kept_collections(gen), on_written=ck.collection_written)
+        writer.add("chunks", ["c1", "c2"], np.eye(2, 3, dtype=np.float32))
+        writer.write()
+    chunks = store.collection(gen, "chunks")
+    assert ck.record.collections == {"chunks": chunks} and ck.record.generation == gen
+    assert writer.vectors_written == 2 and writer.kept == []
+    # The rerun reserves the same version number and keeps `chunks`; `summaries` was cut off and is written.
+    ck = Checkpoint(tmp_path, "fp")
+    with store.begin(prefer=ck.record.generation) as w:
+        assert w.version == gen
+        writer = CollectionWriter(vs, store, gen, kept=ck.kept_collections(gen), on_written=ck.collection_written)
+        writer.add("chunks", ["c1", "c2"], np.eye(2, 3, dtype=np.float32))
+        writer.add("summaries", ["s1"], np.ones((1, 3), np.float32), layers=[1])
+        writer.write()
+    assert writer.kept == ["chunks"] and writer.vectors_written == 1
+    assert set(ck.record.collections) == {"chunks", "summaries"}
+    # A kept collection that gc dropped meanwhile (its build was dead) is written again.
+    vs.drop(chunks)
+    writer = CollectionWriter(vs, store, gen, kept=ck.kept_collections(gen), on_written=ck.collection_written)
+    writer.add("chunks", ["c1", "c2"], np.eye(2, 3, dtype=np.float32))
+    writer.write()
+    assert writer.kept == [] and vs.exists(chunks)
+    # Another generation: nothing is kept.
+    assert ck.kept_collections(gen + 1) == {} and ck.record.collections == {}
+
+
+def test_begin_prefers_a_dead_writers_number_only_above_every_published_version(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    (store.versions_dir / ".tmp-3-999999999").mkdir()  # a dead writer held 3
+    (store.segment_dir("chunks")).mkdir(parents=True)
+    (store.segment_dir("chunks") / "000003-0.arrow").write_bytes(b"left by the dead writer")
+    with store.begin(prefer=3) as w:
+        assert w.version == 3
+    assert not (store.segment_dir("chunks") / "000003-0.arrow").exists()
+    (store.versions_dir / "000005.json").write_text("{}")  # published 5
+    with store.begin(prefer=3) as w:
+        assert w.version == 6
