@@ -33,6 +33,7 @@ class Principal:
     kind: Kind
     rights: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # scoped keys only
     reads_default: bool = False  # anonymous: reads of the default index allowed
+    invalid_key: bool = False  # anonymous because the key it sent is not one this service knows
 
     def knows(self, index: str) -> bool:
         """Whether this caller may learn that `index` exists."""
@@ -88,6 +89,12 @@ class Access:
         stored = self.store.lookup(token)
         if stored is not None:
             return Principal("scoped", stored.rights)
+        if not self.configured():
+            return Principal("open")  # no key exists: any header is as good as none
+        if not self.require_key_for_reads:
+            # Reads of the default index need no key, and clients that must send one send anything (the OpenAI
+            # SDK): such a caller reads as one without a key; anything more is refused as an invalid key.
+            return Principal("anonymous", reads_default=True, invalid_key=True)
         raise ApiError(401, "unauthorized", "authorization: invalid API key", {"WWW-Authenticate": "Bearer"})
 
     def require_admin(self, who: Principal) -> None:
@@ -110,8 +117,8 @@ def _known(token: str, keys: frozenset[str]) -> bool:
 def denied(who: Principal, index: str, need: Need) -> ApiError:
     """The error for a caller that may not do `need` on `index` (see the module's rules)."""
     if who.kind == "anonymous":
-        return ApiError(401, "unauthorized", "authorization: missing `Bearer <key>` header",
-                        {"WWW-Authenticate": "Bearer"})
+        what = "invalid API key" if who.invalid_key else "missing `Bearer <key>` header"
+        return ApiError(401, "unauthorized", f"authorization: {what}", {"WWW-Authenticate": "Bearer"})
     if not who.knows(index):
         return not_found(index)
     return ApiError(403, "forbidden", f"authorization: this key may not {need} this index")

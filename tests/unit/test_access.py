@@ -93,10 +93,19 @@ def test_without_a_key_a_configured_service_reads_only_the_default_index(tmp_pat
 
 
 @pytest.mark.parametrize("header", ["Bearer wrong", "Basic svc", "Bearer ", "svc"])
-def test_a_key_the_service_does_not_know_is_401(tmp_path, header):
+def test_a_key_the_service_does_not_know_is_401_when_reads_need_keys(tmp_path, header):
     with pytest.raises(ApiError) as err:
-        _access(tmp_path, api_keys=["svc"]).principal(header)
+        _access(tmp_path, api_keys=["svc"], require_key_for_reads=True).principal(header)
     assert err.value.status == 401
+
+
+def test_an_unknown_key_reads_the_default_index_as_no_key_does_and_nothing_more(tmp_path):
+    """The OpenAI SDK must send some key: with reads open, a made-up one reads the default index only."""
+    who = _access(tmp_path, api_keys=["svc"]).principal("Bearer unused-for-reads")
+    assert who.may(DEFAULT_INDEX, "read") and not who.may(DEFAULT_INDEX, "write") and not who.knows("team-a")
+    from hygraph.serve.access import denied
+
+    assert denied(who, DEFAULT_INDEX, "write").message == "authorization: invalid API key"
 
 
 def test_admin_routes_need_an_admin_key(tmp_path):

@@ -97,7 +97,8 @@ async def chat(body: ChatRequest, who: Principal = Depends(caller), gw: Gateway 
     try:
         ix = gw.tenant(index, who, "read")
     except ApiError as err:
-        if err.status != 404:
+        # A named index this caller cannot read is a model not served here, with or without a key (no oracle).
+        if err.status != 404 and (index == DEFAULT_INDEX or err.status != 401):
             raise
         raise ApiError(404, "model_not_found", "model: not served here (GET /v1/models lists the models)") from None
     users = [i for i, m in enumerate(body.messages) if m.role == "user"]
