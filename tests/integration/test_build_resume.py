@@ -72,7 +72,7 @@ def _killed_when(args: list[str], index_dir: Path, ready, log: Path) -> dict:
             proc.wait(60)
     return _record(index_dir)
 
-@pytest.mark.timeout(1500)  # three builds (two killed) and a resumed one
+@pytest.mark.timeout(1500)  # a build, a killed one and its resumed rerun
 def test_a_killed_build_resumes_to_the_same_version(small, tmp_path):
     corpus, questions = small
     index_dir = tmp_path / "index"
@@ -82,14 +82,11 @@ def test_a_killed_build_resumes_to_the_same_version(small, tmp_path):
     assert [p for p in (index_dir / "builds").iterdir() if p.is_dir()] == []  # the commit removed it
     before = _ranked(index_dir, questions)
 
-    # Killed once a mid stage is checkpointed, then again while its collections are being written.
-    mid = "embed entities, relations, hyperedges"  # the hierarchy (LLM summaries) follows: seconds to kill in
-    rec = _killed_when(args, index_dir, lambda r: mid in r.get("done", []), tmp_path / "kill1.log")
-    assert rec["done"] == ["chunk+embed+extract", "cleora", mid] and rec["collections"] == {}
-    assert list((index_dir / "builds").glob("*/ingest/shard-*.arrow"))
-    rec = _killed_when(args, index_dir, lambda r: bool(r.get("collections")), tmp_path / "kill2.log")
+    # Killed while its collections are written, after every stage was checkpointed (the stages' own resume,
+    # stage by stage, is in tests/unit/test_build_checkpoint.py; a second kill here cost over a minute).
+    rec = _killed_when(args, index_dir, lambda r: bool(r.get("collections")), tmp_path / "kill.log")
     assert rec["generation"] == 2 and "hyperbolic" in rec["done"]
-    assert "resumed from the checkpoint" in (tmp_path / "kill2.log").read_text()
+    assert list((index_dir / "builds").glob("*/ingest/shard-*.arrow"))
 
     again = last_json(run_cli(*args))
     stats = again["stats"]
