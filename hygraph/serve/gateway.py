@@ -162,7 +162,7 @@ class Gateway:
         """429 when the insert would take a named index past its documents or bytes quota."""
         if tenant.name != DEFAULT_INDEX:
             await asyncio.to_thread(self.quotas.admit_insert, tenant.name, documents,
-                                    lambda: self.registry.info(tenant.name))
+                                    lambda: self.registry.info(tenant.name, self.quotas.cfg.max_bytes is not None))
 
     async def ensure_updater(self, tenant: Tenant) -> None:
         """A named index's updater runs after a write (started when absent, at most every UPDATER_CHECK_S): the

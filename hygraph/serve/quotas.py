@@ -60,6 +60,6 @@ class Quotas:
         if self.cfg.max_documents is not None and held.documents + documents > self.cfg.max_documents:
             raise ApiError(429, "quota_exceeded", f"documents: the index holds {held.documents} documents; "
                            f"{documents} more exceeds its limit of {self.cfg.max_documents}", {"Retry-After": "60"})
-        if self.cfg.max_bytes is not None and held.bytes >= self.cfg.max_bytes:
+        if self.cfg.max_bytes is not None and held.bytes is not None and held.bytes >= self.cfg.max_bytes:
             raise ApiError(429, "quota_exceeded", f"index: {held.bytes} bytes on disk reaches its limit of "
                            f"{self.cfg.max_bytes}", {"Retry-After": "60"})

@@ -106,7 +106,9 @@ class KeyStore:
             return {}
         except (OSError, ValueError) as exc:
             raise InputError(f"{self.path}: not a key file ({type(exc).__name__})") from None
-        return data if isinstance(data, dict) else {}
+        if not isinstance(data, dict):
+            raise InputError(f"{self.path}: not a key file (a JSON object of key hashes)")
+        return data
 
     def _write(self, data: dict[str, dict]) -> None:
         write_atomic(self.path, json.dumps(data, sort_keys=True).encode())

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +45,7 @@ class IndexInfo:
     name: str
     documents: int
     index_version: int  # 0 before the first version is published
-    bytes: int  # the index's files (versions, segments, journal), not its vectors
+    bytes: int | None  # the index's files (versions, segments, journal), not its vectors; None: not measured
 
 
 class IndexRegistry:
@@ -86,19 +85,21 @@ class IndexRegistry:
         IndexStore(path, create=True)
         return path
 
-    def info(self, name: str) -> IndexInfo:
+    def info(self, name: str, size: bool = True) -> IndexInfo:
+        """Documents and version from the manifest; with `size`, the bytes of its files too (a walk over them,
+        which listings skip)."""
         path = self.path(name)
         store = IndexStore(path)
         current = store.current_version()
         documents = store.manifest(current).counts.get("documents", 0) if current is not None else 0
         # The index's own files; the vector store's data (one server for every index) is not counted.
         skip = {self.dir, self.root / "milvus"} if name == DEFAULT_INDEX else set()
-        size = sum(f.stat().st_size for f in _files(path, skip))
-        return IndexInfo(name, documents, current or 0, size)
+        total = sum(f.stat().st_size for f in _files(path, skip)) if size else None
+        return IndexInfo(name, documents, current or 0, total)
 
     def detach(self, name: str) -> Path:
         """Take index `name` out of the registry at once (a rename); returns where its files now are, for
-        `purge` once its collections are dropped."""
+        `indexing.build.remove_index` to drop its collections and files."""
         check_name(name)
         if name == DEFAULT_INDEX:
             raise InputError("name: the default index is the service's own and cannot be deleted")
@@ -113,10 +114,6 @@ class IndexRegistry:
     def detached(self) -> list[Path]:
         """Indexes whose removal started and did not finish (a crash): removed again at start."""
         return sorted(p for p in self.dir.iterdir() if p.name.startswith(_DELETING)) if self.dir.is_dir() else []
-
-    @staticmethod
-    def purge(path: Path) -> None:
-        shutil.rmtree(path, ignore_errors=False)
 
 
 def _files(path: Path, skip: set[Path]) -> Iterator[Path]:

@@ -20,6 +20,7 @@ from hygraph.serve.gateway import Gateway
 from hygraph.serve.http import ApiError
 from hygraph.serve.routes import IndexName, caller, gateway
 from hygraph.store.registry import DEFAULT_INDEX, NAME_PATTERN, IndexExists
+from hygraph.store.versions import IndexStore
 
 router = APIRouter(tags=["indexes and keys"])
 # How long POST /v1/indexes waits for the new index's empty first version before answering, as a share of
@@ -53,7 +54,8 @@ async def create_index(body: CreateIndex, who: Principal = Depends(caller), gw: 
     gw.forget(body.name)
     await asyncio.to_thread(indexes.create, gw.tenant(body.name, who, "admin").cfg, path)
     deadline = time.monotonic() + READY_WAIT_SHARE * gw.cfg.serve.request_timeout_s
-    while time.monotonic() < deadline and (await asyncio.to_thread(gw.registry.info, body.name)).index_version == 0:
+    store = IndexStore(path)
+    while time.monotonic() < deadline and await asyncio.to_thread(store.current_version) is None:
         await asyncio.sleep(0.25)
     return JSONResponse({"name": body.name, "created": int(time.time())}, status_code=201)
 
@@ -67,7 +69,7 @@ async def list_indexes(who: Principal = Depends(caller), gw: Gateway = Depends(g
     out = []
     for name in names:
         try:
-            info = await asyncio.to_thread(gw.registry.info, name)
+            info = await asyncio.to_thread(gw.registry.info, name, False)
         except (StoreError, OSError):
             continue  # deleted between the listing and now
         out.append({"name": info.name, "documents": info.documents, "index_version": info.index_version})
