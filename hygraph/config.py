@@ -288,6 +288,9 @@ class ServeConfig(Section):
     max_documents_per_request: int = Field(1000, ge=1)
     # A replica polls the snapshot store's CURRENT this often and swaps to a newer version.
     version_poll_s: float = Field(1.0, gt=0)
+    # Results of repeated questions, per Retriever replica, keyed by index version, mode, k, filter and
+    # question (serve/answer_cache.py); 0 turns the cache off.
+    answer_cache_entries: int = Field(4096, ge=0)
     # Ray's Prometheus endpoint on this node (`ray.init(_metrics_export_port=...)`).
     metrics_port: int = Field(8080, ge=1, le=65535)
     # `hygraph serve` restarts a service whose Ray node is gone (its HTTP proxy refusing connections this

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -34,8 +35,9 @@ from hygraph.engine import QueryEngine
 from hygraph.errors import IndexNotReady, InputError
 from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieval, answer, answer_stream,
                               no_answer)
+from hygraph.serve.answer_cache import AnswerCache, CacheKey
 from hygraph.serve.batching import ContinuousBatcher
-from hygraph.serve.metrics import EmbedderMetrics, IndexMetrics, LLMMetrics
+from hygraph.serve.metrics import AnswerCacheMetrics, EmbedderMetrics, IndexMetrics, LLMMetrics
 from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
 from hygraph.store.versions import IndexStore
 
@@ -116,6 +118,8 @@ class Retriever:
         self._named_lock = threading.Lock()
         self.llm_metrics = LLMMetrics()
         self.index_metrics = IndexMetrics()
+        self.answers = AnswerCache(cfg.serve.answer_cache_entries)
+        self.cache_metrics = AnswerCacheMetrics()
         self.encoder = (QuestionEncoder(cfg, cfg.serve.retriever.num_cpus) if cfg.serve.embedding == "retriever"
                         else None)
         self._open_when_built()
@@ -208,6 +212,12 @@ class Retriever:
         role runs in process; otherwise the Retrieval, for the Generator."""
         pipeline = await self._pipeline_async(req.index)
         t0 = time.perf_counter()
+        key = self._cache_key(pipeline, req)
+        if key is not None:
+            cached = self.answers.get(key)
+            self.cache_metrics.record(cached is not None)
+            if cached is not None:
+                return replace(cached, seconds={"cache": time.perf_counter() - t0})
         if query_vec is None:
             if self.encoder is None:
                 raise IndexNotReady("this Retriever does not embed questions (serve.embedding: deployment)")
@@ -218,7 +228,18 @@ class Retriever:
         got = await asyncio.to_thread(self._steps, pipeline, req, query_vec)
         got.seconds["embed"] = embed_s
         self.llm_metrics.record(pipeline.engine.llm.usage)
+        if key is not None and got.version == key.version:
+            self.answers.put(key, got)
         return got
+
+    def _cache_key(self, pipeline: QueryPipeline, req: QueryRequest) -> CacheKey | None:
+        """The request's cache key at the version now loaded; None when the cache is off or the request
+        asks for a newer version than this replica holds (read-your-writes: it must wait for that one)."""
+        engine = pipeline.engine
+        if self.answers.entries == 0 or req.min_version > engine.version:
+            return None
+        return CacheKey.of(req.index, engine.store.uid, engine.version, req.mode, req.k, req.answer, req.filter,
+                           req.question)
 
     async def _pipeline_async(self, index: str) -> QueryPipeline:
         if index == DEFAULT_INDEX:

@@ -78,3 +78,13 @@ class LLMMetrics:
                         self.tokens.inc(value - before, tags={"role": role, "direction": direction})
             self._seen = Usage()
             self._seen.merge(usage)
+
+
+class AnswerCacheMetrics:
+    def __init__(self) -> None:
+        m = _serve_metrics()
+        self.lookups = m.Counter("hygraph_answer_cache_lookups_total", "Answer cache lookups by result (hit, miss).",
+                                 tag_keys=("result",))
+
+    def record(self, hit: bool) -> None:
+        self.lookups.inc(tags={"result": "hit" if hit else "miss"})
