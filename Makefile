@@ -44,9 +44,10 @@ PORT ?= 8000
 serve: $(STAMP)
 	$(BIN)/hygraph serve --index-dir runs/demo --port $(PORT)
 
-# Scenario b of loadtests/ for 60 s against a fresh `hygraph serve` (the demo index is built first).
+# Scenarios b (queries with inserts and deletes) and z (Zipf-repeated questions: the answer cache) of loadtests/,
+# 60 s each, against a fresh `hygraph serve` (the demo index is built first).
 loadtest: $(STAMP)
-	$(BIN)/python loadtests/loadtest.py --scenario b --seconds 60 --out runs/loadtest/report
+	$(BIN)/python loadtests/loadtest.py --scenario b,z --seconds 60 --out runs/loadtest/report
 
 # The three fault injections of loadtests/faults.py on a fresh local stack.
 faults: $(STAMP)

@@ -1,4 +1,4 @@
-"""Serving benchmark: the hygraph application beside a one-line Ray Serve echo, over HTTP, in one run.
+"""Serving benchmark: the hygraph application beside a plain dense server and a Ray Serve echo, in one run.
 
 Two parts, each on a fresh local Ray per configuration:
 1. **Topologies** (`--variants`): the ways a query can cross Serve, side by side with the echo
@@ -10,6 +10,12 @@ Two parts, each on a fresh local Ray per configuration:
 2. **Matrix** (the default topology): echo, dense and every mode at concurrency 1, 4, 16 and 32
    with QPS, p50, p99 and the CPU time of the whole service per query.
 Both for each vector store in `--stores` (`faiss`, `milvus`: the configured Milvus engine).
+
+With Milvus, every table has a `plain` row: the dense RAG server a team would run instead
+(`plain_dense.py`: FastAPI under uvicorn, one worker per core, sentence-transformers on torch,
+pymilvus against the same chunk collection, no Ray), measured while the hygraph stack is up and idle,
+with its CPU counted over its own processes and the Milvus server's. Each row shows its QPS ratio to
+`plain` at c1 and c16.
 
 Load comes from `wrk` (a C client, so the 2-core machine spends its cycles on the service)
 when it is installed, else from an httpx client in this process; the report says which.
@@ -31,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +70,18 @@ class Echo:
         return await request.json()
 
 
-def _service_cpu_s() -> float:
-    """CPU seconds of this process and everything it started (Ray, Serve, the vector store)."""
-    me = psutil.Process()
+def _service_cpu_s(roots: list[int] | None = None) -> float:
+    """CPU seconds of this process and everything it started (Ray, Serve, the vector store), or of the
+    process trees of `roots` only."""
+    procs: list[psutil.Process] = []
+    for pid in roots or [os.getpid()]:
+        try:
+            root = psutil.Process(pid)
+            procs += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
     total = 0.0
-    for p in [me, *me.children(recursive=True)]:
+    for p in procs:
         try:
             t = p.cpu_times()
             total += t.user + t.system
@@ -81,18 +96,19 @@ class Wrk:
     def __init__(self, base: str, tmp: Path) -> None:
         self.base, self.tmp = base, tmp
 
-    def run(self, path: str, bodies: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
+    def run(self, path: str, bodies: list[str], concurrency: int, seconds: float,
+            base: str | None = None, cpu_roots: list[int] | None = None) -> dict[str, Any]:
         script = self.tmp / "bodies.lua"
         rows = ",\n".join(f"[==[{b}]==]" for b in bodies)
         script.write_text(f"bodies = {{\n{rows}\n}}\ni = 0\nrequest = function()\n  i = i + 1\n"
                           f"  return wrk.format('POST', '{path}', {{['Content-Type'] = 'application/json'}}, "
                           f"bodies[(i % #bodies) + 1])\nend\n")
         threads = min(concurrency, 2)
-        cpu0 = _service_cpu_s()
+        cpu0 = _service_cpu_s(cpu_roots)
         out = subprocess.run(["wrk", f"-t{threads}", f"-c{concurrency}", f"-d{seconds:g}s", "--latency",
-                              "--timeout", "60s", "-s", str(script), self.base], capture_output=True, text=True,
-                             check=True).stdout
-        cpu = _service_cpu_s() - cpu0
+                              "--timeout", "60s", "-s", str(script), base or self.base], capture_output=True,
+                             text=True, check=True).stdout
+        cpu = _service_cpu_s(cpu_roots) - cpu0
         return _parse_wrk(out, cpu)
 
 
@@ -117,14 +133,16 @@ class HttpxLoad:
     def __init__(self, base: str) -> None:
         self.base = base
 
-    def run(self, path: str, bodies: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
-        return asyncio.run(self._run(path, bodies, concurrency, seconds))
+    def run(self, path: str, bodies: list[str], concurrency: int, seconds: float,
+            base: str | None = None, cpu_roots: list[int] | None = None) -> dict[str, Any]:
+        return asyncio.run(self._run(path, bodies, concurrency, seconds, base or self.base, cpu_roots))
 
-    async def _run(self, path: str, bodies: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
+    async def _run(self, path: str, bodies: list[str], concurrency: int, seconds: float, base: str,
+                   cpu_roots: list[int] | None) -> dict[str, Any]:
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         ms: list[float] = []
         errors = 0
-        async with httpx.AsyncClient(base_url=self.base, timeout=60, limits=limits) as http:
+        async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as http:
             stop = time.perf_counter() + seconds
 
             async def worker(offset: int) -> None:
@@ -141,12 +159,72 @@ class HttpxLoad:
                     errors += not ok
                     i += concurrency
 
-            cpu0, t0 = _service_cpu_s(), time.perf_counter()
+            cpu0, t0 = _service_cpu_s(cpu_roots), time.perf_counter()
             await asyncio.gather(*(worker(i) for i in range(concurrency)))
-            wall, cpu = time.perf_counter() - t0, _service_cpu_s() - cpu0
+            wall, cpu = time.perf_counter() - t0, _service_cpu_s(cpu_roots) - cpu0
         p = pcts(ms)
         return {"qps": round(len(ms) / wall, 1), "p50_ms": p["p50_ms"], "p99_ms": p["p99_ms"], "requests": len(ms),
                 "errors": errors, "cpu_ms_per_query": round(1e3 * cpu / max(len(ms), 1), 2)}
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str
+    bodies: list[str]
+    base: str | None = None  # another server than the hygraph one (plain)
+    cpu_roots: list[int] | None = None  # whose process trees its CPU is counted over (default: everything)
+
+
+class PlainServer:
+    """`plain_dense.py` under uvicorn against `index_dir`'s Milvus chunk collection, for the `with` block."""
+
+    def __init__(self, cfg: HygraphConfig, index_dir: str, tmp: Path) -> None:
+        self.cfg, self.index_dir, self.tmp = cfg, index_dir, tmp
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "PlainServer":
+        from hygraph.backends.embedder import model_path
+        from hygraph.backends.vectorstore import managed_server
+        from hygraph.store.artifacts import CHUNKS
+        from hygraph.store.versions import IndexStore
+
+        store = IndexStore(self.index_dir)
+        chunks = store.open().table(CHUNKS)
+        passages = {}
+        for batch in chunks.batches():
+            for pid, title, text in zip(*(batch.column(c).to_pylist() for c in ("id", "title", "text"))):
+                passages[pid] = (title, text)
+        (self.tmp / "passages.json").write_text(json.dumps(passages))
+        self.milvus = managed_server(self.cfg.vector_store, self.index_dir).start()  # attaches: hygraph started it
+        env = {**os.environ, "PLAIN_MILVUS_URI": self.milvus.uri, "PLAIN_MILVUS_TOKEN": self.milvus.token,
+               "PLAIN_COLLECTION": store.manifest().collections["chunks"],
+               "PLAIN_PASSAGES": str(self.tmp / "passages.json"), "PLAIN_MODEL": str(model_path(self.cfg.embedder)),
+               "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        self.proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "loadtests.plain_dense:app", "--host",
+                                      "127.0.0.1", "--port", str(self.port), "--workers", str(os.cpu_count() or 1),
+                                      "--log-level", "warning"], env=env)
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.post(f"{self.base}/v1/query", json={"question": "warm-up"}, timeout=30).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__(None, None, None)
+                raise RuntimeError("the plain dense server did not start")
+            time.sleep(1)
+        self.cpu_roots = [self.proc.pid, self.milvus.pid]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.milvus.stop()
 
 
 def _bodies(questions: list[str], mode: str | None) -> list[str]:
@@ -180,14 +258,14 @@ def _teardown(variant: str) -> None:
         os.environ.pop(key, None)
 
 
-def _measure(load: Any, targets: dict[str, tuple[str, list[str]]], levels: list[int], seconds: float,
+def _measure(load: Any, targets: dict[str, Target], levels: list[int], seconds: float,
              tag: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, (path, bodies) in targets.items():
-        load.run(path, bodies[:20], 1, 2)  # warm-up: connections, caches, lazy loads
+    for name, t in targets.items():
+        load.run(t.path, t.bodies[:20], 1, 2, t.base, t.cpu_roots)  # warm-up: connections, caches, lazy loads
         out[name] = {}
         for c in levels:
-            r = load.run(path, bodies, c, seconds)
+            r = load.run(t.path, t.bodies, c, seconds, t.base, t.cpu_roots)
             out[name][f"c{c}"] = r
             print(f"[bench] {tag} {name:>10} c{c:<2}: {r['qps']:7.1f} QPS  p50 {r['p50_ms']:7.1f} ms  "
                   f"p99 {r['p99_ms']:7.1f} ms  cpu/q {r['cpu_ms_per_query']:6.1f} ms  errors {r['errors']}",
@@ -220,48 +298,62 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     _teardown(variant)
                     continue
                 try:
-                    load = _loader(f"http://127.0.0.1:{port}", Path(tmp))
-                    targets = {"echo": ("/echo", _bodies(questions, None)),
-                               "dense": ("/v1/query", _bodies(questions, "dense")),
-                               "hybrid": ("/v1/query", _bodies(questions, "hybrid"))}
-                    report["topologies"].setdefault(store, {})[variant] = _measure(
-                        load, targets, [1, 16], args.seconds, f"{store}/{variant}")
-                    if variant == args.matrix_variant:
-                        targets.update({m: ("/v1/query", _bodies(questions, m)) for m in modes if m != "hybrid"})
-                        report["matrix"][store] = _measure(load, targets, [int(c) for c in args.levels.split(",")],
-                                                           args.seconds, f"{store}/matrix")
+                    with ExitStack() as stack:
+                        load = _loader(f"http://127.0.0.1:{port}", Path(tmp))
+                        targets = {"echo": Target("/echo", _bodies(questions, None))}
+                        if store == "milvus" and not args.no_plain:
+                            plain = stack.enter_context(PlainServer(cfg, args.index_dir, Path(tmp)))
+                            targets["plain"] = Target("/v1/query", _bodies(questions, None), plain.base,
+                                                      plain.cpu_roots)
+                        targets.update({m: Target("/v1/query", _bodies(questions, m)) for m in ("dense", "hybrid")})
+                        report["topologies"].setdefault(store, {})[variant] = _measure(
+                            load, targets, [1, 16], args.seconds, f"{store}/{variant}")
+                        if variant == args.matrix_variant:
+                            targets.update({m: Target("/v1/query", _bodies(questions, m))
+                                            for m in modes if m != "hybrid"})
+                            report["matrix"][store] = _measure(load, targets,
+                                                               [int(c) for c in args.levels.split(",")],
+                                                               args.seconds, f"{store}/matrix")
                 finally:
                     _teardown(variant)
     return report
 
 
+def _ratio(r: dict[str, Any], base: dict[str, Any] | None, level: str) -> str:
+    return f"{r[level]['qps'] / base[level]['qps']:.2f}" if base and level in base and base[level]["qps"] else "–"
+
+
 def markdown(res: dict[str, Any]) -> str:
     lines = [f"# Serving benchmark: {res['index_dir']}", "",
-             f"{res['machine']}; load from {res['load']}; {res['date']}.", ""]
+             f"{res['machine']}; load from {res['load']}; {res['date']}. `plain`: loadtests/plain_dense.py, the "
+             "dense server a team would run instead (uvicorn, one worker per core, torch, pymilvus, same Milvus "
+             "collection); its CPU is its own processes' and Milvus's, every other row's the whole service's.", ""]
     for store, variants in res["topologies"].items():
         lines += [f"## Topologies, {store}", "",
-                  "| topology | target | c1 p50 ms | c1 p99 ms | c16 QPS | c16 p99 ms | QPS / echo | cpu ms/q "
-                  "| errors |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| topology | target | c1 QPS | c1 p50 ms | c1 p99 ms | c16 QPS | c16 p99 ms | QPS / plain c1 "
+                  "| QPS / plain c16 | QPS / echo c16 | cpu ms/q c16 | errors |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for variant, targets in variants.items():
             if "error" in targets:
-                lines.append(f"| {variant} | – | could not run: {targets['error']} | | | | | | |")
+                lines.append(f"| {variant} | – | could not run: {targets['error']} | | | | | | | | | |")
                 continue
-            echo = targets["echo"]["c16"]["qps"]
+            plain = targets.get("plain")
             for name, r in targets.items():
                 c1, c16 = r["c1"], r["c16"]
-                lines.append(f"| {variant} | {name} | {c1['p50_ms']} | {c1['p99_ms']} | {c16['qps']} | "
-                             f"{c16['p99_ms']} | "
-                             f"{c16['qps'] / echo:.2f} | {c16['cpu_ms_per_query']} | {c1['errors'] + c16['errors']} |")
+                lines.append(f"| {variant} | {name} | {c1['qps']} | {c1['p50_ms']} | {c1['p99_ms']} | {c16['qps']} | "
+                             f"{c16['p99_ms']} | {_ratio(r, plain, 'c1')} | {_ratio(r, plain, 'c16')} | "
+                             f"{_ratio(r, targets['echo'], 'c16')} | {c16['cpu_ms_per_query']} | "
+                             f"{c1['errors'] + c16['errors']} |")
         lines.append("")
     for store, targets in res["matrix"].items():
         levels = list(next(iter(targets.values())))
+        plain = targets.get("plain")
         lines += [f"## Every mode, {store}", "", "| target | " + " | ".join(
-            f"{c} QPS | {c} p50 | {c} p99 | {c} cpu/q" for c in levels) + " | errors |",
-                  "|---|" + "---|" * (4 * len(levels) + 1)]
+            f"{c} QPS | {c} / plain | {c} p50 | {c} p99 | {c} cpu/q" for c in levels) + " | errors |",
+                  "|---|" + "---|" * (5 * len(levels) + 1)]
         for name, r in targets.items():
-            cells = " | ".join(f"{r[c]['qps']} | {r[c]['p50_ms']} | {r[c]['p99_ms']} | {r[c]['cpu_ms_per_query']}"
-                               for c in levels)
+            cells = " | ".join(f"{r[c]['qps']} | {_ratio(r, plain, c)} | {r[c]['p50_ms']} | {r[c]['p99_ms']} | "
+                               f"{r[c]['cpu_ms_per_query']}" for c in levels)
             lines.append(f"| {name} | {cells} | {sum(r[c]['errors'] for c in levels)} |")
         lines.append("")
     return "\n".join(lines)
@@ -276,6 +368,7 @@ def main() -> None:
     ap.add_argument("--variants", default="split,retriever,grpc,haproxy")
     ap.add_argument("--matrix-variant", default="retriever")
     ap.add_argument("--levels", default="1,4,16,32")
+    ap.add_argument("--no-plain", action="store_true", help="leave out the plain dense server's row")
     ap.add_argument("--seconds", type=float, default=15.0, help="duration of each measurement")
     ap.add_argument("--out", default="runs/bench_serve", help="path prefix of the .json and .md reports")
     args = ap.parse_args()

@@ -115,6 +115,7 @@ class Sample:
     ttft_ms: float | None = None
     index_version: int | None = None
     retry_after: str | None = None
+    cached: bool = False  # answered from the Retriever's answer cache (`timings_ms` has `cache`)
 
     @property
     def ok(self) -> bool:
@@ -154,7 +155,8 @@ async def timed(http: httpx.AsyncClient, rec: Recorder, endpoint: str, method: s
     data, error = parse_body(resp)
     s = Sample(t, rec.scenario, endpoint, mode, _ms(start), resp.status_code, error,
                index_version=data.get("index_version") if isinstance(data, dict) else None,
-               retry_after=resp.headers.get("retry-after"))
+               retry_after=resp.headers.get("retry-after"),
+               cached=isinstance(data, dict) and "cache" in (data.get("timings_ms") or {}))
     rec.samples.append(s)
     return s, data
 

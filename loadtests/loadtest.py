@@ -5,22 +5,29 @@ Scenarios (`--scenario a|b|c|all`, each `--seconds` long):
   b  queries at `--concurrency` plus a stream of inserts (one every `--insert-every` s) and
      deletes (every `--delete-every`-th insert removes an earlier, retrievable document);
      ingest lag = 202 -> job done, and 202 -> retrievable (deletes: -> no longer retrieved);
-  c  OpenAI-compatible chat with `stream: true`: time to first token and total latency.
+  c  OpenAI-compatible chat with `stream: true`: time to first token and total latency;
+  z  queries at `--concurrency` whose questions follow a Zipf law over the question pool (exponent
+     `--zipf-s`): repeated questions, the answer cache's hit rate, and QPS with and without hits.
+
+Every table counts the requests answered from the answer cache (`hits`) and gives the throughput
+of the others (`QPS uncached`), so scenarios a and b's figures are not flattered by repeats.
 
 Starts its own `hygraph serve` on a fresh index directory under the report's folder (the
 bundled demo index is built there first) unless `--index-dir` names one to serve or `--url`
 a running server. Writes <out>.json, <out>.md and <out>.png; prints the JSON path.
 
-    python loadtests/loadtest.py --scenario b --seconds 60 --out runs/loadtest/report
+    python loadtests/loadtest.py --scenario b,z --seconds 60 --out runs/loadtest/report
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import os
+import random
 import shutil
 import signal
 import sys
@@ -165,9 +172,32 @@ async def scenario_c(http: httpx.AsyncClient, rec: Recorder, args: argparse.Name
     return {}
 
 
+async def zipf_worker(http: httpx.AsyncClient, rec: Recorder, questions: list[str], modes: list[str],
+                      offset: int, stride: int, stop: asyncio.Event, top_k: int = 5, s: float = 1.1) -> None:
+    """Questions drawn by a Zipf law over the pool (the i-th most asked with weight 1 / i^s), modes in turn."""
+    rng = random.Random(offset)
+    weights = [1 / (i + 1) ** s for i in range(len(questions))]
+    i = offset
+    while not stop.is_set():
+        mode = modes[i % len(modes)]
+        question = rng.choices(questions, weights)[0]
+        sample, _ = await timed(http, rec, "query", "POST", "/v1/query",
+                                {"question": question, "mode": mode, "top_k": top_k}, mode)
+        await backoff(sample)
+        i += stride
+
+
+async def scenario_z(http: httpx.AsyncClient, rec: Recorder, args: argparse.Namespace,
+                     questions: list[str], docs: list[dict[str, str]]) -> dict[str, Any]:
+    worker = functools.partial(zipf_worker, s=args.zipf_s)
+    await workers_for(http, rec, worker, questions, args.modes, args.concurrency, asyncio.sleep(args.seconds))
+    return {"zipf_s": args.zipf_s, "questions": len(questions)}
+
+
 SCENARIOS = {"a": ("queries, rising concurrency", scenario_a),
              "b": ("queries with inserts and deletes", scenario_b),
-             "c": ("streamed OpenAI-compatible chat", scenario_c)}
+             "c": ("streamed OpenAI-compatible chat", scenario_c),
+             "z": ("queries with Zipf-distributed repeated questions", scenario_z)}
 
 
 async def progress(rec: Recorder, every_s: float = 5.0) -> None:
@@ -212,7 +242,10 @@ def request_stats(samples: list[Sample], wall_s: float) -> dict[str, Any]:
     """Throughput of every request; latency percentiles of the successful ones; errors by status."""
     ok = [s.ms for s in samples if s.ok]
     errors = len(samples) - len(ok)
+    hits = sum(s.cached for s in samples)
     return {"requests": len(samples), "qps": round(len(samples) / wall_s, 2) if wall_s > 0 else None,
+            "hits": hits, "qps_uncached": round((len(samples) - hits) / wall_s, 2) if wall_s > 0 else None,
+            "hit_rate": round(hits / len(samples), 4) if samples else 0.0,
             **pcts(ok), "errors": errors, "error_rate": round(errors / len(samples), 4) if samples else 0.0,
             "status_codes": dict(sorted(Counter(str(s.status) for s in samples).items()))}
 
@@ -274,6 +307,10 @@ def scenario_report(samples: list[Sample], meta: dict[str, Any]) -> dict[str, An
         out["ingest"] = ingest_stats(meta["writes"])
     if any(s.endpoint == "chat" for s in samples):
         out["chat"] = chat_stats(samples)
+    if "zipf_s" in meta:
+        out["cache"] = {"zipf_s": meta["zipf_s"], "questions": meta["questions"],
+                        "hit": pcts(s.ms for s in load if s.ok and s.cached),
+                        "miss": pcts(s.ms for s in load if s.ok and not s.cached)}
     return out
 
 
@@ -299,15 +336,17 @@ def _v(x: Any) -> str:
 
 
 def _row(name: Any, st: dict[str, Any], codes: bool = False) -> str:
-    cells = [name, st["requests"], st["qps"], st["p50_ms"], st["p95_ms"], st["p99_ms"], st["errors"]]
+    cells = [name, st["requests"], st["qps"], st["hits"], st["qps_uncached"], st["p50_ms"], st["p95_ms"],
+             st["p99_ms"], st["errors"]]
     if codes:
         cells.append(", ".join(f"{k}×{n}" for k, n in st["status_codes"].items()))
     return "| " + " | ".join(_v(c) for c in cells) + " |"
 
 
 def _table(first: str, rows: dict[str, dict[str, Any]], codes: bool = False) -> list[str]:
-    head = f"| {first} | requests | QPS | p50 ms | p95 ms | p99 ms | errors |" + (" status codes |" if codes else "")
-    sep = "|---" * (8 if codes else 7) + "|"
+    head = (f"| {first} | requests | QPS | hits | QPS uncached | p50 ms | p95 ms | p99 ms | errors |"
+            + (" status codes |" if codes else ""))
+    sep = "|---" * (10 if codes else 9) + "|"
     return [head, sep, *(_row(k, v, codes) for k, v in rows.items()), ""]
 
 
@@ -346,6 +385,13 @@ def _scenario_md(name: str, sc: dict[str, Any]) -> list[str]:
         lines += ["| streamed chat | p50 ms | p95 ms | p99 ms |", "|---|---|---|---|",
                   f"| time to first token | {_v(t['p50_ms'])} | {_v(t['p95_ms'])} | {_v(t['p99_ms'])} |",
                   f"| total | {_v(tot['p50_ms'])} | {_v(tot['p95_ms'])} | {_v(tot['p99_ms'])} |", ""]
+    if "cache" in sc:
+        c, q = sc["cache"], sc["endpoints"]["query"]
+        lines += [f"Questions drawn by a Zipf law (s = {c['zipf_s']}) over {c['questions']} questions: "
+                  f"hit rate {q['hit_rate']:.1%}, {q['qps']} QPS in all, {q['qps_uncached']} QPS of misses.", "",
+                  "| answered | p50 ms | p95 ms | p99 ms |", "|---|---|---|---|",
+                  *(f"| {name} | {_v(c[name]['p50_ms'])} | {_v(c[name]['p95_ms'])} | {_v(c[name]['p99_ms'])} |"
+                    for name in ("hit", "miss")), ""]
     if sc["error_examples"]:
         lines += ["Errors:", ""] + [f"- {e['count']}× {e['endpoint']} status {e['status']}: {e['error']}"
                                      for e in sc["error_examples"]] + [""]
@@ -429,7 +475,7 @@ def _mark_events(ax: Any, raw: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", choices=["a", "b", "c", "all"], default="all")
+    ap.add_argument("--scenario", default="all", help="all, or a comma-separated list of a, b, c, z")
     ap.add_argument("--seconds", type=float, default=60.0, help="length of each scenario")
     ap.add_argument("--url", help="a running server (default: start one)")
     ap.add_argument("--api-key", default=None, help="with --url: the key writes need")
@@ -443,10 +489,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--delete-every", type=int, default=3, help="scenario b: a delete after every Nth insert")
     ap.add_argument("--lag-timeout", type=float, default=300.0, help="seconds a write may take to show")
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="documents to insert")
+    ap.add_argument("--zipf-s", type=float, default=1.1, help="scenario z: the Zipf exponent")
     args = ap.parse_args(argv)
     args.modes = args.modes.split(",")
     args.levels = [int(x) for x in args.levels.split(",")]
-    args.scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    args.scenarios = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
+    unknown = [s for s in args.scenarios if s not in SCENARIOS]
+    if unknown:
+        ap.error(f"--scenario: unknown {', '.join(unknown)} (one of {', '.join(SCENARIOS)}, or all)")
     return args
 
 
@@ -504,7 +554,8 @@ def summary(report: dict[str, Any]) -> str:
     for name, sc in report["scenarios"].items():
         a = sc["all"]
         load = sc["endpoints"].get("query") or sc["endpoints"].get("chat")
-        lines.append(f"[{TAG}] {name}: {load['qps']} QPS, p50/p95/p99 {load['p50_ms']}/{load['p95_ms']}/"
+        lines.append(f"[{TAG}] {name}: {load['qps']} QPS ({load['qps_uncached']} uncached, hit rate "
+                     f"{load['hit_rate']:.1%}), p50/p95/p99 {load['p50_ms']}/{load['p95_ms']}/"
                      f"{load['p99_ms']} ms, errors {a['errors']}/{a['requests']} {a['status_codes']}")
         if "ingest" in sc:
             i = sc["ingest"]["insert"]

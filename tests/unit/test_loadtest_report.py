@@ -29,6 +29,19 @@ def test_request_stats_counts_every_failure_and_times_only_successes():
     assert st["p50_ms"] == 15.0  # the 503, the refused connection and the in-band error are not timed
 
 
+def test_cache_hits_are_counted_apart_and_the_zipf_scenario_reports_hit_and_miss_latency():
+    z = Recorder("z")
+    z.samples += [_s(0.1, 2, cached=True), _s(0.2, 3, cached=True), _s(0.3, 40), _s(0.4, 60, status=503)]
+    st = request_stats(z.samples, wall_s=2.0)
+    assert (st["hits"], st["qps"], st["qps_uncached"], st["hit_rate"]) == (2, 2.0, 1.0, 0.5)
+    info = {"target": "http://x", "started_at": "now", "machine": "2 CPUs", "server": {"summary": "test"},
+            "config": {"modes": ["dense"], "concurrency": 4, "levels": [1], "insert_every": 5, "delete_every": 3}}
+    rep = build_report({"z": z}, {"z": {"wall_s": 2.0, "zipf_s": 1.1, "questions": 100}}, info)
+    cache = rep["scenarios"]["z"]["cache"]
+    assert cache["hit"]["p50_ms"] == 2.5 and cache["miss"]["p50_ms"] == 40.0  # the 503 is timed in neither
+    assert "hit rate 50.0%, 2.0 QPS in all, 1.0 QPS of misses" in markdown(rep)
+
+
 def test_level_stats_split_by_window_and_ignore_measuring_requests():
     samples = [_s(0.5, 10), _s(1.5, 20), _s(2.5, 30), _s(3.5, 40), _s(3.6, 99, endpoint="probe")]
     rows = level_stats(samples, [{"concurrency": 1, "start": 0, "end": 2}, {"concurrency": 2, "start": 2, "end": 4}])
@@ -85,7 +98,7 @@ def test_report_and_markdown_carry_modes_levels_ingest_chat_and_versions():
     assert rep["raw"]["b"]["events"][0]["kind"] == "insert"
     md = markdown(rep)
     assert "## Scenario a: queries, rising concurrency (2.0 s)" in md
-    assert "| hybrid | 2 | 1.0 | 50.0 | 50.0 | 50.0 | 1 |" in md
+    assert "| hybrid | 2 | 1.0 | 0 | 1.0 | 50.0 | 50.0 | 50.0 | 1 |" in md
     assert "| query | 4 | 2.0 |" in md and "200×3, 503×1" in md
     assert "| time to first token | 40.0 |" in md
     assert "1× query status 503: HTTP 503 store_unavailable" in md
