@@ -165,7 +165,7 @@ class QueryEngine:
         [ex] = self.llm.extract([Chunk(id="query", doc_id="query", ordinal=0, text=question, n_tokens=0)])
         return [e.name for e in ex.entities]
 
-    def retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int, loaded: Loaded | None = None,
+    def retrieve(self, question: str, query_vec: np.ndarray | None, mode: str, k: int, loaded: Loaded | None = None,
                  flt: Mapping[str, Any] | None = None) -> Context:
         """The mode's context and passages, each passage with its document's metadata. With a non-empty
         metadata filter (`flt`, checked by input_rules.check_filter), only the passages of the documents it

@@ -50,6 +50,12 @@ class QueryRequest:
         return cls(question, mode, k or cfg.top_k, min_version or 0, answer, filter or None, index)
 
 
+def needs_question_vector(req: QueryRequest) -> bool:
+    """Every mode but `bm25` searches by the question's vector; a filtered `bm25` query fills up with the
+    nearest allowed passages by dense similarity (core/retrieval/filtered.py), so it needs one too."""
+    return req.mode != "bm25" or bool(req.filter)
+
+
 @dataclass
 class Retrieval:
     """What retrieval hands to generation: the context, its numbered prompt items, the version read.
@@ -141,7 +147,7 @@ class QueryPipeline:
         """Steps 1-2. `query_vec` when the caller embedded the question already (a batch)."""
         loaded: Loaded = self.engine.at_least(req.min_version)
         t0 = time.perf_counter()
-        qv = self.encode([req.question])[0] if query_vec is None else query_vec
+        qv = self.encode([req.question])[0] if query_vec is None and needs_question_vector(req) else query_vec
         t1 = time.perf_counter()
         ctx = self.engine.retrieve(req.question, qv, req.mode, req.k, loaded, req.filter)
         items = self.engine.prompt_items(req.question, ctx)

@@ -34,7 +34,7 @@ from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
 from hygraph.errors import IndexNotReady, InputError
 from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieval, answer, answer_stream,
-                              no_answer)
+                              needs_question_vector, no_answer)
 from hygraph.serve.answer_cache import AnswerCache, CacheKey
 from hygraph.serve.batching import ContinuousBatcher
 from hygraph.serve.metrics import AnswerCacheMetrics, EmbedderMetrics, IndexMetrics, LLMMetrics
@@ -218,7 +218,7 @@ class Retriever:
             self.cache_metrics.record(cached is not None)
             if cached is not None:
                 return replace(cached, seconds={"cache": time.perf_counter() - t0})
-        if query_vec is None:
+        if query_vec is None and needs_question_vector(req):
             if self.encoder is None:
                 raise IndexNotReady("this Retriever does not embed questions (serve.embedding: deployment)")
             query_vec = await self.encoder.encode(req.question)
@@ -248,7 +248,8 @@ class Retriever:
             found = self._named.get(index)
         return found if found is not None else await asyncio.to_thread(self.pipeline_of, index)
 
-    def _steps(self, pipeline: QueryPipeline, req: QueryRequest, query_vec: np.ndarray) -> QueryResult | Retrieval:
+    def _steps(self, pipeline: QueryPipeline, req: QueryRequest,
+               query_vec: np.ndarray | None) -> QueryResult | Retrieval:
         retrieval = pipeline.retrieve(req, query_vec)
         if req.mode == "hyperbolic" and self._learn:
             self._send_to_learner(req.index, retrieval.context.notes["implicit_subgraph"], query_vec)

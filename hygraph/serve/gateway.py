@@ -22,7 +22,7 @@ from ray.serve.handle import DeploymentHandle
 
 from hygraph.cluster.jobs import job_status
 from hygraph.config import HygraphConfig
-from hygraph.pipeline import QueryRequest, QueryResult, Retrieval
+from hygraph.pipeline import QueryRequest, QueryResult, Retrieval, needs_question_vector
 from hygraph.serve.access import Access, Need, Principal, denied, not_found
 from hygraph.serve.http import ApiError
 from hygraph.serve.metrics import IngressMetrics
@@ -90,7 +90,8 @@ class Gateway:
 
     async def _retrieve(self, req: QueryRequest) -> QueryResult | Retrieval:
         """One handle call when the Retriever embeds and answers; an Embedder call first otherwise."""
-        query_vec = await self.embedder.embed.remote(req.question) if self.embedder is not None else None
+        query_vec = (await self.embedder.embed.remote(req.question)
+                     if self.embedder is not None and needs_question_vector(req) else None)
         return await self.retriever.query.remote(req, query_vec)
 
     def _observe(self, result: QueryResult, started: float) -> dict[str, Any]:

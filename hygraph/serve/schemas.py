@@ -81,13 +81,14 @@ class ChatMessage(BaseModel):
 
 
 class HygraphOptions(BaseModel):
-    """The `hygraph` extension of a chat request: retrieval mode, depth and version floor."""
+    """The `hygraph` extension of a chat request: retrieval mode, depth, version floor and metadata filter."""
 
     model_config = ConfigDict(extra="forbid")
 
     mode: Optional[Mode] = None
     top_k: Optional[StrictInt] = Field(None, ge=1, le=200)
     min_index_version: Optional[StrictInt] = Field(None, ge=0)
+    filter: Optional[Filter] = None
 
 
 class StreamOptions(BaseModel):
@@ -120,7 +121,7 @@ _OpenAIFields: type[BaseModel] = create_model(  # type: ignore[call-overload]
 class ChatRequest(_OpenAIFields):  # type: ignore[misc, valid-type]
     """OpenAI chat-completions request. Sampling fields are checked against OpenAI's ranges (clients always
     send some) and passed to nothing. One choice is made (`n` above 1 is refused). `hygraph` selects the
-    retrieval mode, depth and version floor; the same three options are honoured at the top level too
+    retrieval mode, depth, version floor and metadata filter; the same options are honoured at the top level too
     (`"mode": "ppr"` beside `messages`), and giving one in both places with different values is a 422."""
 
     model: StrictStr = Field("hygraph", max_length=MAX_ID_CHARS)
@@ -138,6 +139,7 @@ class ChatRequest(_OpenAIFields):  # type: ignore[misc, valid-type]
     mode: Optional[Mode] = None
     top_k: Optional[StrictInt] = Field(None, ge=1, le=200)
     min_index_version: Optional[StrictInt] = Field(None, ge=0)
+    filter: Optional[Filter] = None
 
     def options(self) -> HygraphOptions:
         """The retrieval options from `hygraph` and the top level (InputError naming a conflict)."""

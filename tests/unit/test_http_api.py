@@ -261,6 +261,18 @@ def test_chat_honours_a_top_level_mode_and_refuses_unknown_fields(client):
     assert len(client.gw.asked) == 2
 
 
+def test_chat_takes_a_metadata_filter_in_hygraph_or_at_the_top_level(client):
+    base = {"model": "hygraph", "messages": [{"role": "user", "content": "hi"}]}
+    assert _post(client, "/v1/chat/completions", {**base, "hygraph": {"filter": {"lang": "en"}}}).status_code == 200
+    assert client.gw.asked[-1] == ("hi", None, None, None, {"lang": "en"})
+    _post(client, "/v1/chat/completions", {**base, "filter": {"year": [2020, 2021]}})
+    assert client.gw.asked[-1] == ("hi", None, None, None, {"year": [2020, 2021]})
+    resp = _post(client, "/v1/chat/completions", {**base, "filter": {"a": 1}, "hygraph": {"filter": {"a": 2}}})
+    assert resp.status_code == 422 and resp.json()["error"]["message"].startswith("filter: given as")
+    resp = _post(client, "/v1/chat/completions", {**base, "filter": {"a": {"$gt": 1}}})
+    assert resp.status_code == 422 and "filter" in resp.json()["error"]["message"]
+
+
 def test_delete_takes_any_valid_id_percent_encoded_and_refuses_long_ones(client):
     auth = {"Authorization": f"Bearer {KEY}"}
     assert client.delete("/v1/documents/a%2Fb%3Fc%23d", headers=auth).status_code == 202

@@ -108,7 +108,7 @@ async def chat(body: ChatRequest, who: Principal = Depends(caller), gw: Gateway 
     question = check_nonblank_text(body.messages[users[-1]].text(), f"messages.{users[-1]}.content",
                                    gw.cfg.serve.max_question_chars)
     opts = body.options()
-    req = gw.request(ix, question, opts.mode, opts.top_k, opts.min_index_version)
+    req = gw.request(ix, question, opts.mode, opts.top_k, opts.min_index_version, opts.filter)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if not body.stream:
         out = await gw.query(req)
