@@ -108,6 +108,10 @@ class Client:
     def stats(self) -> dict[str, Any]:
         return self._json("GET", self._at("/v1/stats"))
 
+    def updater(self) -> dict[str, Any]:
+        """The index's updater status (`stopped` for a named index's updater that ended after an idle spell)."""
+        return self._json("GET", self._at("/v1/updater"))
+
     def models(self) -> list[str]:
         return [m["id"] for m in self._json("GET", "/v1/models")["data"]]
 

@@ -222,6 +222,9 @@ class UpdatesConfig(Section):
     # A named index's updater (one per index, mostly idle) reserves this share: with the default index's
     # share each, a service on a small node could not start the updater of its fifth index.
     named_num_cpus: float = Field(0.0, ge=0)
+    # A named index's updater ends after this long with nothing to do (its models and store connection freed),
+    # and the next write starts it again; 0: it runs as long as the service.
+    named_idle_stop_s: float = Field(300.0, ge=0)
     # Compaction (when the journal is idle): an artifact's delta segments are merged into one past this
     # many, and everything into one segment once its oldest (merged) delta outweighs this share of the base.
     compact_max_segments: int = Field(8, ge=2)

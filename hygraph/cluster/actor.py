@@ -4,6 +4,12 @@ It polls the journal every `updates.poll_s` and applies what is pending (cluster
 then, journal first: deferred summaries, a finished or due hyperbolic recalibration, HyperRAG
 L_inc steps for observed queries, and compaction when nothing else is waiting. An updater file
 lock keeps a second writer (another actor, a CLI insert) out.
+
+A named index's updater ends itself after `updates.named_idle_stop_s` with nothing to do, so a
+service with many indexes holds models and connections only for those being written; the ingress
+starts it again on the next write (`ensure_updater`). The hand-over cannot lose a write: the ingress
+journals first, then calls `wake`, which refuses once the updater has decided to stop; the updater
+decides, then looks at the journal once more, and stays if anything is pending.
 """
 
 from __future__ import annotations
@@ -61,6 +67,9 @@ class OnlineUpdater:
         self._sliced = False  # the last round ran an overdue slice of summaries ahead of the journal
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._stopping = False  # decided to end (idle): `wake` refuses, the ingress starts a new one
+        self._stopping_lock = threading.Lock()
+        self._idle_since = time.monotonic()
         threading.Thread(target=self._loop, name="hygraph-updater", daemon=True).start()
 
     def _loop(self) -> None:
@@ -69,9 +78,11 @@ class OnlineUpdater:
             self._wake.clear()
             try:
                 if self._work():
-                    failures = 0
+                    failures, self._idle_since = 0, time.monotonic()
                     continue
                 self.last_error, failures = None, 0
+                if self._retire_when_idle():
+                    return
             except Exception as exc:  # noqa: BLE001 - retryable store/LLM failure: the jobs stay queued
                 error = bounded_error(f"{type(exc).__name__}: {exc}")
                 if error != self.last_error:  # one line per distinct failure, not per retry
@@ -83,6 +94,37 @@ class OnlineUpdater:
                 if isinstance(exc, StoreUnavailable) and self.updater is not None:
                     self._reconnect()
             self._wake.wait(self.cfg.updates.poll_s)
+
+    def _retire_when_idle(self) -> bool:
+        """A named index's updater, idle for `updates.named_idle_stop_s`, ends its actor (True) unless a job
+        was journaled meanwhile."""
+        idle_stop = self.cfg.updates.named_idle_stop_s
+        if (not self.create_empty or idle_stop <= 0 or self.updater is None or self.updater.recalibrating
+                or time.monotonic() - self._idle_since < idle_stop):
+            return False
+        with self._stopping_lock:
+            self._stopping = True
+        if self.updater.pending():  # journaled before its `wake` found us stopping: stay and apply it
+            with self._stopping_lock:
+                self._stopping = False
+            self._idle_since = time.monotonic()
+            return False
+        log.info("index %s: updater idle for %.0f s, stopping (the next write starts it)", self.index_dir, idle_stop)
+        self.updater.close()
+        import ray
+
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+        return True
+
+    def wake(self) -> bool:
+        """From the ingress after it journaled a write: look at the journal now. False when this updater is
+        stopping (idle); the caller then starts a new one, which applies the write."""
+        with self._stopping_lock:
+            if self._stopping:
+                return False
+            self._idle_since = time.monotonic()
+        self._wake.set()
+        return True
 
     def _reconnect(self) -> None:
         try:

@@ -15,7 +15,9 @@ from typing import Any
 
 from hygraph.cluster.actor import start_updater, stop_updater
 from hygraph.config import HygraphConfig
+from hygraph.store.journal import Journal
 from hygraph.store.registry import IndexRegistry
+from hygraph.store.versions import IndexStore
 
 log = logging.getLogger("hygraph.indexes")
 
@@ -42,10 +44,22 @@ def resume_removals(cfg: HygraphConfig, registry: IndexRegistry) -> list[Any]:
             for p in registry.detached()]
 
 
-def start_named_updaters(cfg: HygraphConfig, registry: IndexRegistry) -> None:
-    """At service start: every named index's updater, so journaled writes are applied without a new one."""
+def start_named_updaters(cfg: HygraphConfig, registry: IndexRegistry) -> list[str]:
+    """At service start: the updaters of the named indexes with work left (a first version not yet written,
+    journaled writes not yet applied, deferred summaries), so it is done without waiting for a new write;
+    the others start on their next write. Returns their names."""
+    started = []
     for name in registry.names()[1:]:
-        start_updater(cfg, registry.path(name), create_empty=True)
+        path = registry.path(name)
+        store = IndexStore(path)
+        if store.current_version() is not None:
+            manifest = store.manifest()
+            if (not Journal(path).pending(manifest.journal_offset) and manifest.summaries_pending is None
+                    and not manifest.chunks_pending):
+                continue
+        start_updater(cfg, path, create_empty=True)
+        started.append(name)
+    return started
 
 
 def _remove(config: dict[str, Any], path: str) -> dict[str, Any]:

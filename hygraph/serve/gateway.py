@@ -12,6 +12,7 @@ older version.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import threading
 import time
@@ -31,7 +32,8 @@ from hygraph.serve.tenants import Tenant
 from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
 
 
-UPDATER_CHECK_S = 30.0
+log = logging.getLogger("hygraph.serve")
+UPDATER_START_S = 30.0  # how long a write waits for a stopping named updater to give way to a new one
 
 
 class Gateway:
@@ -159,6 +161,22 @@ class Gateway:
             raise ApiError(503, "updater_unavailable", "the index's OnlineUpdater is not running",
                            {"Retry-After": "5"}) from None
 
+    async def updater_status(self, tenant: Tenant) -> dict[str, Any]:
+        """The updater's own status; for a named index whose updater ended after an idle spell, what is known
+        without it (`stopped`), so asking starts nothing."""
+        from ray.exceptions import RayActorError
+
+        try:
+            return await self.updater(tenant).status.remote()
+        except (ApiError, RayActorError):
+            if tenant.name == DEFAULT_INDEX:
+                raise ApiError(503, "updater_unavailable", "the index's OnlineUpdater is not running",
+                               {"Retry-After": "5"}) from None
+        manifest = await asyncio.to_thread(tenant.store.manifest)
+        pending = await asyncio.to_thread(tenant.journal.pending, manifest.journal_offset)
+        return {"stopped": True, "index_version": manifest.version, "pending": pending,
+                "reason": "idle (updates.named_idle_stop_s); the next write starts it"}
+
     async def admit_insert(self, tenant: Tenant, documents: int) -> None:
         """429 when the insert would take a named index past its documents or bytes quota."""
         if tenant.name != DEFAULT_INDEX:
@@ -166,11 +184,24 @@ class Gateway:
                                     lambda: self.registry.info(tenant.name, self.quotas.cfg.max_bytes is not None))
 
     async def ensure_updater(self, tenant: Tenant) -> None:
-        """A named index's updater runs after a write (started when absent, at most every UPDATER_CHECK_S): the
-        journal is durable without it, and it applies whatever is pending when it starts."""
-        if tenant.name == DEFAULT_INDEX or time.monotonic() - tenant.updater_checked < UPDATER_CHECK_S:
+        """After a write is journaled: a named index's updater runs and looks at its journal (started when
+        absent or stopping after an idle spell, cluster/actor.py); whatever is pending when it starts, it applies."""
+        if tenant.name == DEFAULT_INDEX:
             return
+        from ray.exceptions import RayActorError
+
         from hygraph.cluster.actor import start_updater
 
-        await asyncio.to_thread(start_updater, tenant.cfg, tenant.path, True)
-        tenant.updater_checked = time.monotonic()
+        deadline = time.monotonic() + UPDATER_START_S
+        while True:
+            updater = await asyncio.to_thread(start_updater, tenant.cfg, tenant.path, True)
+            try:
+                if await updater.wake.remote():
+                    return
+            except RayActorError:
+                pass  # it ended between the lookup and the call: the next lookup starts a new one
+            if time.monotonic() > deadline:
+                # The write is journaled (durable): the next write, or the next service start, applies it.
+                log.warning("index '%s': its updater did not start within %.0f s", tenant.name, UPDATER_START_S)
+                return
+            await asyncio.sleep(0.2)

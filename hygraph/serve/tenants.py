@@ -21,7 +21,6 @@ class Tenant:
     journal: Journal
     store: IndexStore
     updater_name: str
-    updater_checked: float = float("-inf")  # when this replica last made sure the updater runs
     _floor: int = 0  # the highest version a job status from this replica has called done
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -32,7 +32,7 @@ def server(built_index, tmp_path_factory):
     index_dir, _ = built_index
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with serving(index_dir, log, HYGRAPH_API_KEYS=KEY, HYGRAPH_ADMIN_KEYS=ADMIN,
-                 HYGRAPH__SERVE__MAX_BODY_BYTES="65536") as srv:
+                 HYGRAPH__SERVE__MAX_BODY_BYTES="65536", HYGRAPH__UPDATES__NAMED_IDLE_STOP_S="15") as srv:
         yield srv
 
 
@@ -375,6 +375,18 @@ def test_two_tenants_never_see_each_other_and_deleting_one_leaves_the_rest(serve
             assert getattr(err.value, "status_code", None) == 404
         # The default index is the service's: a key scoped to a named index has no rights there.
         assert _status(lambda: Client(url, api_key=keys["team-a"]).query(QUESTION)) == 404
+
+        # An idle named index's updater ends (updates.named_idle_stop_s, 15 s here); the next write starts one.
+        deadline = time.monotonic() + 120
+        while not (status := clients["team-a"].updater()).get("stopped"):
+            assert time.monotonic() < deadline, status
+            time.sleep(2)
+        assert status["pending"] == 0 and status["index_version"] >= 2
+        later = {"id": "a-2", "title": "Brannoch Eddystrand",
+                 "text": "Brannoch Eddystrand repairs fog horns in Ystermark."}
+        clients["team-a"].wait(clients["team-a"].add_documents([later])["job_id"], timeout_s=300)
+        out = clients["team-a"].query(later["title"], mode="dense", top_k=1)
+        assert [p["id"] for p in out["passages"]] == ["a-2"]
 
         with Client(url, api_key=ADMIN) as admin:
             assert admin.delete_index("team-b")["job_id"]

@@ -80,10 +80,8 @@ class StubGateway:
     async def job_status(self, tenant: Any, job_id: str) -> dict | None:
         return None
 
-    def updater(self, tenant: Any) -> Any:
-        async def status() -> dict:
-            return {"pending": 0, "last_error": None}
-        return SimpleNamespace(status=SimpleNamespace(remote=status))
+    async def updater_status(self, tenant: Any) -> dict:
+        return {"pending": 0, "last_error": None}
     # The index holds DOCS (sorted ids, as the catalog lists them) and a queued insert of "queued".
     DOCS = ["a", "a/b?c#d", "b", "c"]
 

@@ -38,12 +38,13 @@ async def stats(ix: Tenant = Depends(reader), gw: Gateway = Depends(gateway)) ->
 @router.get("/v1/updater")
 @router.get("/v1/indexes/{name}/updater", dependencies=[Depends(index_path)])
 async def updater_status(ix: Tenant = Depends(status_reader), gw: Gateway = Depends(gateway)) -> Any:
-    return JSONResponse(await gw.updater(ix).status.remote())
+    return JSONResponse(await gw.updater_status(ix))
 
 
 @router.post("/v1/updater/recalibrate", status_code=202)
 @router.post("/v1/indexes/{name}/updater/recalibrate", status_code=202, dependencies=[Depends(index_path)])
 async def recalibrate(ix: Tenant = Depends(writer), gw: Gateway = Depends(gateway)) -> Any:
     """HyperRAG §3.3 on demand: retrain the hyperbolic embeddings in the background, then swap versions."""
+    await gw.ensure_updater(ix)
     await gw.updater(ix).recalibrate.remote()
     return JSONResponse({"requested": True}, status_code=202)
