@@ -234,6 +234,9 @@ def _bodies(questions: list[str], mode: str | None) -> list[str]:
 def _configure(base: HygraphConfig, store: str, variant: str) -> HygraphConfig:
     tree = base.model_dump(mode="json")
     tree["vector_store"]["backend"] = "faiss" if store == "faiss" else "milvus"
+    # The question list repeats within a measurement: every query must run, as with questions that never
+    # repeat (the answer cache's effect is scenario z of loadtest.py).
+    tree["serve"]["answer_cache_entries"] = 0
     for section, values in VARIANTS[variant].items():
         if section != "env":
             tree[section] = {**tree[section], **values}
