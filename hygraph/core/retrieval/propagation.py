@@ -69,8 +69,9 @@ def reset_vector(view: IndexView, entity_seeds: dict[str, float],
     if view.graph is None or view.walk is None:
         raise ValueError("graph propagation needs the hybrid graph, and this index version has none")
     index = view.graph.node_index
-    ent = [(index[e], w) for e, w in entity_seeds.items() if e in index and w > 0]
-    chk = [(index[c], s) for c, s in chunk_seeds if c in index and s > 0]
+    # One lookup per seed (`get`, not `in` then `[]`): the index is a mapped hash table, each lookup a hash and a search.
+    ent = [(i, w) for e, w in entity_seeds.items() if w > 0 and (i := index.get(e)) is not None]
+    chk = [(i, s) for c, s in chunk_seeds if s > 0 and (i := index.get(c)) is not None]
     if not ent and not chk:
         return None
     reset = np.zeros(view.graph.n_nodes, dtype=np.float32)
