@@ -293,7 +293,7 @@ def _s3_error(exc: Exception, what: str) -> StoreError:
 
 
 class S3Objects(Objects):
-    def __init__(self, uri: str, cache_dir: str = DEFAULT_CACHE_DIR, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(self, uri: str, cache_dir: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         import boto3
         from botocore.config import Config
 
@@ -303,9 +303,8 @@ class S3Objects(Objects):
         # unreachable endpoint is an error in seconds, not minutes.
         self.client = boto3.client("s3", config=Config(retries={"max_attempts": 4, "mode": "standard"},
                                                         connect_timeout=5, read_timeout=60))
-        node = Path(cache_dir).expanduser() / hashlib.sha1(self.uri.encode()).hexdigest()[:16]
-        self.local_dir = node
-        self.cache = ObjectCache(node / "objects", cache_bytes)
+        self.local_dir = local_dir_of(self.uri, cache_dir)
+        self.cache = ObjectCache(self.local_dir / "objects", cache_bytes)
         self.uploaded_bytes = 0
         self._check_bucket()
 
@@ -418,12 +417,24 @@ def _code(exc: Exception) -> str:
     return ""
 
 
+def local_dir_of(uri: str | os.PathLike[str], cache_dir: str = "") -> Path:
+    """This node's own directory for the index at `uri` (build checkpoints, derived structures, caches, a managed
+    vector store's data): the directory itself, or for `s3://bucket/prefix` one directory per index under
+    `cache_dir` (default ~/.cache/hygraph/indexes), named by the hash of the normalised uri."""
+    text = str(uri)
+    if not is_remote(text):
+        return Path(text)
+    bucket, prefix = parse_s3(text)
+    normal = f"{S3_SCHEME}{bucket}/{prefix}".rstrip("/")
+    return Path(cache_dir or DEFAULT_CACHE_DIR).expanduser() / hashlib.sha1(normal.encode()).hexdigest()[:16]
+
+
 def open_objects(uri: str | os.PathLike[str], cache_dir: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES,
                  create: bool = False) -> Objects:
     """The objects of the index at `uri`: `s3://bucket/prefix` or a local directory (made with `create`)."""
     text = str(uri)
     if is_remote(text):
-        return S3Objects(text, cache_dir or DEFAULT_CACHE_DIR, cache_bytes)
+        return S3Objects(text, cache_dir, cache_bytes)
     if "://" in text:
         raise InputError(f"index location {text}: only local paths and s3:// URIs are supported")
     root = Path(text)
