@@ -251,7 +251,9 @@ class IndexStore:
             else:
                 version = max(top, previous.version if previous is not None and previous.version is not None else 0) + 1
             hold.set_version(version)
-            self._remove_segments_of(version)  # what a dead writer of that number left
+            if previous is not None and previous.version == version:
+                # The previous holder died writing this number (numbers only grow, so no earlier one did).
+                self._remove_segments_of(version)
             with self._staging() as staging:
                 try:
                     yield VersionWriter(self, version, hold, staging)
