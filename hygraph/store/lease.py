@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Callable
 
 from hygraph.errors import StoreError
 from hygraph.store.objects import Objects
@@ -37,7 +37,7 @@ DEFAULT_TERM_S = 30.0
 class LeaseRecord:
     holder: str
     expires: float  # epoch seconds; 0: released
-    version: Optional[int] = None  # the index version the holder is writing
+    version: int  # the index version the holder is writing
 
     def live(self, now: float | None = None) -> bool:
         return self.expires > (time.time() if now is None else now)
@@ -73,30 +73,32 @@ def newest(objects: Objects) -> tuple[int, LeaseRecord | None]:
 
 
 class WriterLease:
-    """One writer's hold on an index: `acquire`, `set_version`, `check` before publishing, `release`."""
+    """One writer's hold on an index: `acquire`, `check` before publishing, `release`."""
 
     def __init__(self, objects: Objects, term_s: float = DEFAULT_TERM_S) -> None:
         self.objects, self.term_s = objects, term_s
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.epoch: int | None = None
-        self.version: int | None = None
+        self.version = 0
         self._stop = threading.Event()
         self._put = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def acquire(self, wait_s: float | None = None) -> LeaseRecord | None:
+    def acquire(self, number: Callable[[LeaseRecord | None], int], wait_s: float | None = None) -> int:
         """Take the lease, waiting while another holder's term runs (at most `wait_s`, None: as long as it
-        takes). Returns the previous holder's record (None for the first writer)."""
+        takes), for the version `number(previous holder's record or None)`; returns that version."""
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:
             epoch, record = newest(self.objects)
             now = time.time()
             if record is None or not record.live(now):
-                if self.objects.put_if_absent(key(epoch + 1), self._record(now + self.term_s)):
+                # Numbered before the lease is won: only a holder publishes, and the last one is done or fenced.
+                self.version = number(record)
+                if self.objects.put_if_absent(key(epoch + 1), self._record(now + self.term_s), durable=False):
                     self.epoch = epoch + 1
                     self._thread = threading.Thread(target=self._renew, name="hygraph-lease", daemon=True)
                     self._thread.start()
-                    return record
+                    return self.version
                 continue  # another contender took epoch + 1 first: read it
             if deadline is not None and time.monotonic() >= deadline:
                 raise StoreError(f"{self.objects.uri}: another writer ({record.holder}) holds the index's writer "
@@ -109,7 +111,7 @@ class WriterLease:
     def _write(self, expires: float) -> None:
         with self._put:
             if self.epoch is not None:
-                self.objects.put(key(self.epoch), self._record(expires))
+                self.objects.put(key(self.epoch), self._record(expires), durable=False)
 
     def _renew(self) -> None:
         while not self._stop.wait(self.term_s / 3):
@@ -117,10 +119,6 @@ class WriterLease:
                 self._write(time.time() + self.term_s)
             except StoreError as exc:  # the next renewal retries; publishing checks the lease anyway
                 log.warning("renewing the writer lease of %s failed: %s", self.objects.uri, exc)
-
-    def set_version(self, version: int) -> None:
-        self.version = version
-        self._write(time.time() + self.term_s)
 
     def check(self) -> None:
         """StoreError unless this writer still holds the lease (no newer epoch was taken)."""

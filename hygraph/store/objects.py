@@ -74,11 +74,12 @@ class Objects(ABC):
         """The object's bytes, None when there is none."""
 
     @abstractmethod
-    def put(self, key: str, data: bytes) -> None:
-        """Write (or replace) the object whole: a reader sees the old or the new bytes."""
+    def put(self, key: str, data: bytes, durable: bool = True) -> None:
+        """Write (or replace) the object whole: a reader sees the old or the new bytes. `durable=False`: it
+        need not outlive a crash of this machine (a lease record: the crash ends its holder too)."""
 
     @abstractmethod
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def put_if_absent(self, key: str, data: bytes, durable: bool = True) -> bool:
         """Write the object unless the key exists; False when it does (another writer was first)."""
 
     @abstractmethod
@@ -106,11 +107,12 @@ class Objects(ABC):
         """A local directory to write new immutable objects into before `put_file`."""
 
 
-def _write_synced(path: Path, data: bytes) -> None:
+def _write(path: Path, data: bytes, durable: bool) -> None:
     with path.open("wb") as fh:
         fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
 
 
 def _fsync_dir(path: Path) -> None:
@@ -140,32 +142,34 @@ class LocalObjects(Objects):
         except (FileNotFoundError, NotADirectoryError):
             return None
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes, durable: bool = True) -> None:
         path = self._path(key)
         tmp = self._tmp(path)
-        _write_synced(tmp, data)
+        _write(tmp, data, durable)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        if durable:
+            _fsync_dir(path.parent)
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def put_if_absent(self, key: str, data: bytes, durable: bool = True) -> bool:
         path = self._path(key)
         tmp = self._tmp(path)
-        _write_synced(tmp, data)
+        _write(tmp, data, durable)
         try:
             os.link(tmp, path)
         except FileExistsError:
             return False
         finally:
             tmp.unlink()
-        _fsync_dir(path.parent)
+        if durable:
+            _fsync_dir(path.parent)
         return True
 
     def put_file(self, key: str, path: Path) -> None:
         final = self._path(key)
-        if path != final:
+        if path != final:  # segments are written in place: nothing to move
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, final)
-        _fsync_dir(final.parent)
+            _fsync_dir(final.parent)
 
     def list(self, prefix: str) -> list[str]:
         folder, _, start = prefix.rpartition("/")
@@ -328,14 +332,14 @@ class S3Objects(Objects):
                 return None
             raise _s3_error(exc, f"{self.uri}/{key}") from None
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes, durable: bool = True) -> None:
         try:
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
         except Exception as exc:  # noqa: BLE001
             raise _s3_error(exc, f"{self.uri}/{key}") from None
         self.uploaded_bytes += len(data)
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def put_if_absent(self, key: str, data: bytes, durable: bool = True) -> bool:
         try:
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
         except Exception as exc:  # noqa: BLE001

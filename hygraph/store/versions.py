@@ -47,7 +47,7 @@ import pyarrow as pa
 from hygraph.errors import InputError, StoreError
 from hygraph.store import derived, lease
 from hygraph.store.artifacts import ARTIFACTS, Artifact, RowT
-from hygraph.store.lease import WriterLease
+from hygraph.store.lease import LeaseRecord, WriterLease
 from hygraph.store.manifest import Manifest, TableRef
 from hygraph.store.objects import DEFAULT_CACHE_BYTES, Objects, open_objects
 from hygraph.store.segment import DELETED, Source, key_hash, segment_files, write_segment
@@ -239,20 +239,21 @@ class IndexStore:
         `prefer` while that is still above every published version (a resumed build keeps the number its
         vector collections are named after). On any exception the version's unpublished segments are removed."""
         hold = WriterLease(self.objects, self.lease_s)
-        previous = hold.acquire(wait_s)
+        seen: dict[str, int] = {}
+
+        def number(previous: LeaseRecord | None) -> int:
+            seen["top"] = top = max(self.versions(), default=0)
+            seen["last"] = last = previous.version if previous is not None else 0
+            return prefer if prefer is not None and prefer > top else max(top, last) + 1
+
+        version = hold.acquire(number, wait_s)
         try:
-            published = self.versions()
-            top = max(published, default=0)
             current = self.current_version()
-            if published and (current is None or top > current):
-                self.objects.put("CURRENT", f"{top}\n".encode())  # a writer died between its manifest and CURRENT
-            if prefer is not None and prefer > top:
-                version = prefer
-            else:
-                version = max(top, previous.version if previous is not None and previous.version is not None else 0) + 1
-            hold.set_version(version)
-            if previous is not None and previous.version == version:
-                # The previous holder died writing this number (numbers only grow, so no earlier one did).
+            if seen["top"] and (current is None or seen["top"] > current):
+                # A writer died between its manifest and CURRENT: the version is published, make it current.
+                self.objects.put("CURRENT", f"{seen['top']}\n".encode())
+            if seen["last"] == version:
+                # The previous holder died writing this number (numbers only grow: no earlier one did).
                 self._remove_segments_of(version)
             with self._staging() as staging:
                 try:
@@ -334,11 +335,9 @@ class IndexStore:
         live = holder is not None and holder.live()
         current = self.current_version()
         before = self.versions()
-        top = max(before, default=0)
 
         def writing(v: int) -> bool:
-            # The holder's version; while it is still numbering one (None), anything past the published.
-            return live and (holder.version == v if holder.version is not None else v > top)  # type: ignore[union-attr]
+            return live and holder.version == v  # type: ignore[union-attr]
 
         removed: list[int] = []
         now = time.time()

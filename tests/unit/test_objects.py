@@ -87,11 +87,11 @@ def test_lease_is_taken_over_only_after_it_expires_and_fences_the_old_holder(uri
     assert objects.put_if_absent(lease.key(1), json.dumps({"holder": "dead", "expires": expires,
                                                            "version": 7}).encode())
     contender = WriterLease(objects, term_s=5.0)
+    seen: list[lease.LeaseRecord | None] = []
     with pytest.raises(StoreError, match="holds the index's writer lease"):
-        contender.acquire(wait_s=0.2)
-    previous = contender.acquire(wait_s=5.0)
-    assert previous is not None and previous.version == 7 and time.time() >= expires
-    contender.set_version(8)
+        contender.acquire(lambda previous: 8, wait_s=0.2)
+    assert contender.acquire(lambda previous: seen.append(previous) or 8, wait_s=5.0) == 8
+    assert seen[-1] is not None and seen[-1].version == 7 and time.time() >= expires
     contender.check()
     # It stalls; a third writer takes epoch 3 (its term is over on the third writer's clock): fenced.
     assert objects.put_if_absent(lease.key(3), json.dumps({"holder": "third", "expires": time.time() + 5,
@@ -104,11 +104,12 @@ def test_lease_is_taken_over_only_after_it_expires_and_fences_the_old_holder(uri
 def test_a_released_lease_is_taken_at_once(uri):
     objects = open_objects(uri)
     first = WriterLease(objects, term_s=30.0)
-    first.acquire()
-    first.set_version(1)
+    assert first.acquire(lambda previous: 1) == 1
     first.release()
     second = WriterLease(objects, term_s=30.0)
-    assert second.acquire(wait_s=0.0).version == 1
+    seen: list[lease.LeaseRecord | None] = []
+    second.acquire(lambda previous: seen.append(previous) or 2, wait_s=0.0)
+    assert seen[-1] is not None and seen[-1].version == 1
     second.release()
 
 
