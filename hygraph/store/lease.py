@@ -3,7 +3,8 @@
 The lease is a numbered series of objects `leases/writer/<epoch>.json`, each `{"holder", "expires",
 "version"}`. The newest epoch is the lease. Taking it means writing epoch E+1 with `put_if_absent` once epoch
 E has expired (or was released: `expires` 0): of several contenders only one creates that key. The holder
-renews by rewriting its own epoch with a later `expires` (every third of the term, from a thread), and
+renews by rewriting its own epoch with a later `expires` (every third of the term, from one thread per
+process), and
 records the version it is writing, so that the next holder numbers its version past it and garbage
 collection spares that version's files. Before publishing, the holder checks that no newer epoch exists
 (fencing): a holder that stalled past its term and was taken over gets a StoreError instead of publishing.
@@ -80,9 +81,8 @@ class WriterLease:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.epoch: int | None = None
         self.version = 0
-        self._stop = threading.Event()
+        self.renewed = 0.0  # time.monotonic() of the last write
         self._put = threading.Lock()
-        self._thread: threading.Thread | None = None
 
     def acquire(self, number: Callable[[LeaseRecord | None], int], wait_s: float | None = None) -> int:
         """Take the lease, waiting while another holder's term runs (at most `wait_s`, None: as long as it
@@ -95,9 +95,8 @@ class WriterLease:
                 # Numbered before the lease is won: only a holder publishes, and the last one is done or fenced.
                 self.version = number(record)
                 if self.objects.put_if_absent(key(epoch + 1), self._record(now + self.term_s), durable=False):
-                    self.epoch = epoch + 1
-                    self._thread = threading.Thread(target=self._renew, name="hygraph-lease", daemon=True)
-                    self._thread.start()
+                    self.epoch, self.renewed = epoch + 1, time.monotonic()
+                    _RENEWER.add(self)
                     return self.version
                 continue  # another contender took epoch + 1 first: read it
             if deadline is not None and time.monotonic() >= deadline:
@@ -110,15 +109,12 @@ class WriterLease:
 
     def _write(self, expires: float) -> None:
         with self._put:
-            if self.epoch is not None:
+            if self.epoch is not None:  # not after `release`: a late renewal must not revive the lease
                 self.objects.put(key(self.epoch), self._record(expires), durable=False)
+                self.renewed = time.monotonic()
 
-    def _renew(self) -> None:
-        while not self._stop.wait(self.term_s / 3):
-            try:
-                self._write(time.time() + self.term_s)
-            except StoreError as exc:  # the next renewal retries; publishing checks the lease anyway
-                log.warning("renewing the writer lease of %s failed: %s", self.objects.uri, exc)
+    def renew(self) -> None:
+        self._write(time.time() + self.term_s)
 
     def check(self) -> None:
         """StoreError unless this writer still holds the lease (no newer epoch was taken)."""
@@ -129,10 +125,44 @@ class WriterLease:
                              f"{holder} (epoch {epoch}) after it expired; version {self.version} is not published")
 
     def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        try:
-            self._write(0.0)
-        finally:
-            self.epoch = None
+        _RENEWER.remove(self)
+        with self._put:
+            if self.epoch is not None:
+                self.objects.put(key(self.epoch), self._record(0.0), durable=False)
+                self.epoch = None
+
+
+class _Renewer:
+    """One thread per process renews every lease it holds, each every third of its term (a thread per
+    lease would cost its start and join on every small update)."""
+
+    def __init__(self) -> None:
+        self._held: set[WriterLease] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, held: WriterLease) -> None:
+        with self._lock:
+            self._held.add(held)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="hygraph-lease", daemon=True)
+                self._thread.start()
+
+    def remove(self, held: WriterLease) -> None:
+        with self._lock:
+            self._held.discard(held)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                due = [h for h in self._held if time.monotonic() - h.renewed >= h.term_s / 3]
+                wait = min((h.term_s / 10 for h in self._held), default=1.0)
+            for held in due:
+                try:
+                    held.renew()
+                except StoreError as exc:  # the next round retries; publishing checks the lease anyway
+                    log.warning("renewing the writer lease of %s failed: %s", held.objects.uri, exc)
+            time.sleep(min(wait, 1.0))
+
+
+_RENEWER = _Renewer()
