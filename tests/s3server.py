@@ -75,7 +75,9 @@ def seaweedfs(directory: Path, ready_s: float = 60) -> Iterator[S3Server]:
             try:
                 server.client().create_bucket(Bucket=server.bucket)
                 break
-            except Exception:  # noqa: BLE001 - not answering yet
+            except Exception as exc:  # noqa: BLE001 - not answering yet
+                if type(exc).__name__ == "BucketAlreadyOwnedByYou":  # an earlier try's answer was lost
+                    break
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"weed server did not start:\n{(directory / 'weed.log').read_text()[-3000:]}")
                 time.sleep(0.5)

@@ -395,17 +395,22 @@ class S3Objects(Objects):
         found = self.cache.lookup(key)
         if found is not None:
             return found
-        size = self.size(key)
-        if size is None:
-            return None
+        try:  # one GET: absent (404) or streamed into the cache, its length checked
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as exc:  # noqa: BLE001
+            if _code(exc) in ("NoSuchKey", "404"):
+                return None
+            raise _s3_error(exc, f"{self.uri}/{key}") from None
 
         def fill(tmp: Path) -> None:
             try:
-                self.client.download_file(self.bucket, self._key(key), str(tmp))
-            except Exception as exc:  # noqa: BLE001
+                with tmp.open("wb") as fh:
+                    for chunk in response["Body"].iter_chunks(1 << 20):
+                        fh.write(chunk)
+            except Exception as exc:  # noqa: BLE001 - a dropped connection mid-body
                 raise _s3_error(exc, f"{self.uri}/{key}") from None
 
-        return self.cache.add(key, fill, size)
+        return self.cache.add(key, fill, int(response["ContentLength"]))
 
     def staging_dir(self) -> Path:
         path = self.local_dir / "staging" / f"{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
