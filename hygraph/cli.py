@@ -24,6 +24,7 @@ from hygraph.runtime.loopback import request_loopback
 from hygraph.runtime.watch import is_child, run_watched
 from hygraph.config import MODES, HygraphConfig, load_config
 from hygraph.errors import HygraphError, InputError, StoreError
+from hygraph.store.objects import is_remote
 
 
 # Commands that start Ray in their process: run as a program, they run in a watched child (runtime/watch.py),
@@ -182,6 +183,8 @@ def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 def cmd_serve(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.serve.runner import run_server
 
+    if is_remote(args.index_dir or cfg.index_dir):
+        _check_remote("serve", args.index_dir or cfg.index_dir)
     index_dir = Path(args.index_dir or cfg.index_dir)
     return run_server(cfg, index_dir, host=args.host or cfg.serve.host, port=args.port or cfg.serve.port,
                       address=args.address)
@@ -316,6 +319,18 @@ def _named_index(cfg: HygraphConfig, args: argparse.Namespace) -> HygraphConfig:
     return named
 
 
+# What an index on object storage (s3://) takes in this release: building, reading and collecting it. The
+# journal, the updater and the service's registry of named indexes still live in a local directory.
+REMOTE_COMMANDS = ("index", "query", "eval", "gc")
+
+
+def _check_remote(command: str, index_dir: str, named: bool = False) -> None:
+    if command not in REMOTE_COMMANDS or named:
+        what = "--index" if named else f"`hygraph {command}`"
+        raise InputError(f"--index-dir {index_dir}: {what} does not take an index on object storage yet (its "
+                         f"journal and updater need a local directory); `hygraph {'/'.join(REMOTE_COMMANDS)}` do")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command; `argv` None means this process is the command (its own command line): then stdout
     and stderr are closed after its last line."""
@@ -337,12 +352,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         if not cfg.ray.address and cfg.ray.loopback_only:
             request_loopback()  # before anything imports ray: a local Ray then listens on 127.0.0.1 only
+        index_dir = getattr(args, "index_dir", None)
+        if index_dir is not None and is_remote(index_dir):
+            _check_remote(args.command, index_dir, named=getattr(args, "index", None) is not None)
+        elif index_dir is not None and args.command not in ("index", "demo", "serve", "serve-config"):
+            if not Path(index_dir).is_dir():
+                raise InputError(f"--index-dir {index_dir}: no such directory")
         if getattr(args, "index", None) is not None:
             cfg = _named_index(cfg, args)
-        if getattr(args, "index_dir", None) is not None and \
-                args.command not in ("index", "demo", "serve", "serve-config"):
-            if not Path(args.index_dir).is_dir():
-                raise InputError(f"--index-dir {args.index_dir}: no such directory")
         result = run(cfg, args)
         _stop_ray()
         _emit(result)

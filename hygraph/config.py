@@ -319,9 +319,20 @@ class ServeConfig(Section):
     generator: DeploymentConfig = DeploymentConfig(num_cpus=0.25, max_ongoing_requests=32, max_queued_requests=512)
 
 
+class StoreConfig(Section):
+    """An index's files (hygraph/store/): the node-local side of an index on S3, and the writer lease."""
+
+    # This node's directory per S3 index (cached segments, derived structures, build checkpoints); "":
+    # ~/.cache/hygraph/indexes. A local index keeps all of these in its own directory.
+    cache_dir: str = ""
+    cache_bytes: int = Field(20 * 2**30, ge=0)  # cached segment copies per index, least recently used out
+    lease_s: float = Field(30.0, gt=0)  # the writer lease's term: a dead writer's lease is taken over after it
+
+
 class HygraphConfig(Section):
     profile: str = "local"
-    index_dir: str = "runs/index"
+    index_dir: str = "runs/index"  # or s3://bucket/prefix (README, An index on object storage)
+    store: StoreConfig = StoreConfig()
     ray: RayConfig = RayConfig()
     embedder: EmbedderConfig = EmbedderConfig()
     llm: LLMConfig = LLMConfig()

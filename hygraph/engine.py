@@ -95,14 +95,14 @@ class QueryEngine:
     def __init__(self, cfg: HygraphConfig, index_dir: str | Path, embedder: Embedder | None = None,
                  llm: LLM | None = None) -> None:
         self.cfg = cfg
-        self.store = IndexStore(index_dir)
-        self.vectors = vectorstore.connect(cfg.vector_store, index_dir)
+        self.store = IndexStore(index_dir, **cfg.store.model_dump())
+        self.vectors = vectorstore.connect(cfg.vector_store, self.store.local_dir)
         self._swap = threading.Lock()
         # The independent searches of one request (Search.many, Search.start) run side by side here.
         self.search_pool = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="hygraph-search")
         self.loaded = self._load(self.store.open())
         self.embedder = embedder or make_embedder(cfg.embedder, questions=True)
-        self.llm = llm or make_llm(cfg.llm, cache_dir=str(Path(index_dir) / "llm_cache"))
+        self.llm = llm or make_llm(cfg.llm, cache_dir=str(self.store.local_dir / "llm_cache"))
 
     def _load(self, version: Version) -> Loaded:
         collections = version.manifest.collections

@@ -101,7 +101,7 @@ class IndexUpdater:
     def __init__(self, cfg: HygraphConfig, index_dir: str | Path) -> None:
         self.cfg = cfg
         self.index_dir = Path(index_dir)
-        self.store = IndexStore(index_dir)
+        self.store = IndexStore(index_dir, **cfg.store.model_dump())
         self.journal = Journal(index_dir)
         self._lock_fd = self._take_lock()
         self.vectors = vectorstore.connect(cfg.vector_store, index_dir)

@@ -36,6 +36,7 @@ from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPERED
                                      RELATIONS, SUMMARIES, TERMS, Artifact, ChunkRow, DocumentRow, PostingsRow,
                                      metadata_text)
 from hygraph.store.manifest import HierarchyInfo, HyperbolicInfo, Manifest
+from hygraph.store.objects import local_dir_of
 from hygraph.store.versions import GcResult, IndexStore
 
 T = TypeVar("T")
@@ -68,12 +69,14 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
                                  f"({len(unknown)} unknown passage ids)")
     # Check the store first: an unreachable one must fail before anything is created on disk.
     # The connection is not held through the long compute (idle gRPC channels get GOAWAY).
-    vectorstore.connect(cfg.vector_store, index_dir).close()
-    store = IndexStore(index_dir, create=True)
-    ckpt = Checkpoint(index_dir, checkpoint.fingerprint(corpus, triples, kg, cfg.index_hash(), graph), restart)
+    # An index on S3 keeps its checkpoint, LLM cache and managed vector store in this node's directory for it.
+    local = local_dir_of(index_dir, cfg.store.cache_dir)
+    vectorstore.connect(cfg.vector_store, local).close()
+    store = IndexStore(index_dir, create=True, **cfg.store.model_dump())
+    ckpt = Checkpoint(local, checkpoint.fingerprint(corpus, triples, kg, cfg.index_hash(), graph), restart)
     if ckpt.record.done:
         stages.note(f"resuming the unfinished build {ckpt.dir.name}: {', '.join(ckpt.record.done)} kept")
-    cache_dir = cfg.llm.cache_dir or str(Path(index_dir) / "llm_cache")
+    cache_dir = cfg.llm.cache_dir or str(local / "llm_cache")
     usage = Usage()
     init_ray(cfg.ray)
     extract = graph and not triples
@@ -89,7 +92,7 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
     with stages.stage("lexical"):
         built.lexical = lexical.build(built.chunk_ids, [c.text for c in ing.chunks],
                                       built.graph.entity_ids if built.graph is not None else None)
-    vs = vectorstore.connect(cfg.vector_store, index_dir)
+    vs = vectorstore.connect(cfg.vector_store, local)
     writer: vectors.CollectionWriter | None = None
     try:
         previous = store.current_version()
@@ -227,10 +230,10 @@ def collect_garbage(cfg: HygraphConfig, store: IndexStore, vs: vectorstore.Vecto
 def gc_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, Any]:
     """`hygraph gc`: what `collect_garbage` removed from `index_dir` and its vector store. The store is
     connected first: a collection gc hands back while the store is unreachable would be forgotten."""
-    store = IndexStore(index_dir)
+    store = IndexStore(index_dir, **cfg.store.model_dump())
     if store.uid is None:
         raise InputError(f"--index-dir {index_dir}: not an index directory (no index.json)")
-    vs = vectorstore.connect(cfg.vector_store, index_dir)
+    vs = vectorstore.connect(cfg.vector_store, store.local_dir)
     try:
         result = collect_garbage(cfg, store, vs)
     finally:

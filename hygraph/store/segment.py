@@ -1,6 +1,7 @@
 """One immutable segment of an artifact: rows, a key index and tombstones, memory-mapped for reading.
 
-Files, under `segments/<artifact>/`:
+Files, under `segments/<artifact>/` (objects of the index's store, `store/objects.py`; a reader maps local
+files: the index's own on a local disk, the node's cached copies of an index on S3):
 - `<name>.arrow`: the rows, an uncompressed Arrow IPC file (one record batch), so a reader maps
   it and reads columns in place: processes that map the same segment share its pages;
 - `<name>.keys.npy`: int64 (2, m): row 0 the sorted 64-bit hashes of every key the segment
@@ -16,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence, overload
+from typing import Any, Callable, Iterable, Optional, Sequence, overload
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +27,8 @@ from hygraph.store.artifacts import Artifact, Column, Kind, arrow_type
 from hygraph.store.files import fsync_file
 
 DELETED = -1  # `Segment.find`: the key is tombstoned here
+# A segment file's name -> a local file holding it (the index's own file, or a node's cached copy), None if absent.
+Source = Callable[[str], Optional[Path]]
 
 
 def key_hash(key: str) -> int:
@@ -197,13 +200,16 @@ def _with_defaults(artifact: Artifact[Any], batch: pa.RecordBatch) -> pa.RecordB
 class Segment:
     """A mapped segment: `find` a key, read a column value at a row, or scan its batch."""
 
-    def __init__(self, artifact: Artifact[Any], directory: Path, name: str) -> None:
+    def __init__(self, artifact: Artifact[Any], source: Source, name: str) -> None:
         self.artifact, self.name = artifact, name
         try:
-            self.batch = _with_defaults(artifact, _open_ipc(directory / f"{name}.arrow"))
-            index = np.load(directory / f"{name}.keys.npy", mmap_mode="r", allow_pickle=False)
-            dead_path = directory / f"{name}.dead.arrow"
-            self.dead = Strings.of(_open_ipc(dead_path).column(0)) if dead_path.is_file() else None
+            rows, keys = source(f"{name}.arrow"), source(f"{name}.keys.npy")
+            if rows is None or keys is None:
+                raise StoreError(f"segment {artifact.name}/{name} is missing from the index")
+            self.batch = _with_defaults(artifact, _open_ipc(rows))
+            index = np.load(keys, mmap_mode="r", allow_pickle=False)
+            dead_path = source(f"{name}.dead.arrow")
+            self.dead = Strings.of(_open_ipc(dead_path).column(0)) if dead_path is not None else None
         except (OSError, pa.ArrowInvalid) as exc:
             raise StoreError(f"segment {artifact.name}/{name} is unreadable: {exc}") from None
         # Plain ndarray views of the mapping: numpy's memmap subclass adds a Python call to every index.

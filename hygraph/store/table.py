@@ -8,23 +8,22 @@ segments small. Reads never copy a column: values are decoded from the mapped fi
 from __future__ import annotations
 
 from dataclasses import fields
-from pathlib import Path
 from typing import Any, Generic, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from hygraph.store.artifacts import Artifact, RowT
-from hygraph.store.segment import DELETED, Segment, key_hash
+from hygraph.store.segment import DELETED, Segment, Source, key_hash
 
 RECENT = 4096  # key locations a table keeps (a few hundred bytes each)
 
 
 class Table(Generic[RowT]):
-    def __init__(self, artifact: Artifact[RowT], directory: Path, names: Sequence[str], rows: int) -> None:
+    def __init__(self, artifact: Artifact[RowT], source: Source, names: Sequence[str], rows: int) -> None:
         self.artifact = artifact
         self.segments_names = list(names)
-        self.segments = [Segment(artifact, directory, n) for n in names]
+        self.segments = [Segment(artifact, source, n) for n in names]
         self._newest_first = self.segments[::-1]
         self._rows = rows
         self._recent: dict[str, tuple[Segment, int] | None] = {}

@@ -1,23 +1,32 @@
-"""The index directory: numbered versions that share segments, an atomically moved `CURRENT`, GC.
+"""An index: numbered versions that share segments, a `CURRENT` pointer, a writer lease, GC.
 
-Layout:
-- `index.json`: the index's identity (a uid that names its vector collections);
+An index lives in a local directory or under an S3 prefix (`s3://bucket/prefix`); every file below is an
+object of `store/objects.py`, and nothing else opens them. Layout (keys under the index root):
+- `index.json`: the index's identity (a uid that names its vector collections), created once;
 - `segments/<artifact>/<version>-<seq>.*`: immutable segments (`store/segment.py`);
 - `versions/NNNNNN.json`: a version's manifest, naming the segments of each artifact;
-- `versions/.tmp-N-pid`: version N reserved by a live writer;
-- `versions/.collections-N.json`: the vector collections version N's writer creates, recorded before
-  it creates them; once N is published its manifest names them, and if N never is (its writer died),
-  garbage collection hands them to the caller to drop;
-- `CURRENT`: the published version;
-- `derived/`: read structures that readers derive from a version, shared by a node's readers
-  (`store/derived.py`); a cache, removed with its version.
+- `CURRENT`: the version readers load;
+- `leases/writer/<epoch>.json`: the writer lease (`store/lease.py`): one writer at a time;
+- `collections/NNNNNN.json`: the vector collections version N's writer creates, recorded before it creates
+  them; once N is published its manifest names them, and if N never is (its writer died), garbage
+  collection hands them to the caller to drop.
+Node-local, never shared (`Objects.local_dir`: the directory itself, or a directory per index under
+`store.cache_dir` for S3): `derived/`, read structures readers derive from a version (`store/derived.py`),
+and for S3 the cached copies of segments that readers map.
 
-A new version writes segments for the rows that changed, fsyncs them, then its manifest (temp
-file, fsync, rename), then moves `CURRENT` the same way; everything else is referenced from
-earlier versions. A reader resolves `CURRENT` once and maps the segments its manifest names,
-so it never sees a half-written version; a crash leaves at most segments no manifest names,
-which garbage collection removes. Compaction rewrites an artifact's small delta segments (or
-all of them) into one, as a version of its own with the same content.
+A writer takes the lease (`begin`), numbers its version past every published one and the last holder's,
+writes segments for the rows that changed (in place on a local disk; on S3 into a local staging directory,
+uploaded, and kept as the node's cached copy), then commits: it checks it still holds the lease (fencing),
+writes the manifest with `put_if_absent` (of two writers of version N only one publishes it; the other gets
+a StoreError), then moves `CURRENT`. Readers follow `CURRENT` only: a writer that died between the manifest
+and `CURRENT` left a published version that the next writer makes current when it takes the lease (a
+reader never has to list versions). A reader resolves `CURRENT` once and maps the segments its manifest
+names, so it never sees a half-written version; a crash leaves at most segments no manifest names, which
+garbage collection removes. Compaction rewrites an artifact's small delta segments (or all of them) into
+one, as a version of its own with the same content.
+
+No file lock or process id is needed for correctness: the lease and the conditional manifest write decide
+between writers on one machine or many.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import re
 import shutil
 import time
 import uuid
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -36,18 +45,17 @@ from typing import Any, Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from hygraph.errors import InputError, StoreError
-from hygraph.processes import locked, pid_alive
-from hygraph.store import derived
+from hygraph.store import derived, lease
 from hygraph.store.artifacts import ARTIFACTS, Artifact, RowT
-from hygraph.store.files import fsync_dir, write_atomic
+from hygraph.store.lease import LeaseRecord, WriterLease
 from hygraph.store.manifest import Manifest, TableRef
-from hygraph.store.segment import DELETED, key_hash, segment_files, write_segment
+from hygraph.store.objects import DEFAULT_CACHE_BYTES, Objects, open_objects
+from hygraph.store.segment import DELETED, Source, key_hash, segment_files, write_segment
 from hygraph.store.table import Table
 
-_TMP = re.compile(r"^\.tmp-(\d+)-(\d+)$")
-_RECORD = re.compile(r"^\.collections-(\d+)\.json$")
-_MANIFEST = re.compile(r"^(\d{6,})\.json$")
-_SEGMENT = re.compile(r"^(\d{6,})-(\d+)\.(arrow|keys\.npy|dead\.arrow)$")
+_MANIFEST = re.compile(r"^versions/(\d{6,})\.json$")
+_RECORD = re.compile(r"^collections/(\d{6,})\.json$")
+_SEGMENT = re.compile(r"^segments/([^/]+)/(\d{6,})-(\d+)\.(arrow|keys\.npy|dead\.arrow)$")
 
 
 class Version:
@@ -59,7 +67,7 @@ class Version:
         try:
             for name, ref in manifest.tables.items():
                 artifact = ARTIFACTS[name]
-                self._tables[name] = Table(artifact, store.segment_dir(name), ref.segments, ref.rows)
+                self._tables[name] = Table(artifact, store.segment_source(name), ref.segments, ref.rows)
         except KeyError as exc:
             raise StoreError(f"index version {self.version} names an unknown artifact {exc}") from None
 
@@ -76,8 +84,8 @@ class Version:
 class VersionWriter:
     """Writes the segments of version `version` and commits its manifest; nothing is visible before."""
 
-    def __init__(self, store: "IndexStore", version: int) -> None:
-        self.store, self.version = store, version
+    def __init__(self, store: "IndexStore", version: int, hold: WriterLease, staging: Path) -> None:
+        self.store, self.version, self.lease, self.staging = store, version, hold, staging
         self.tables: dict[str, TableRef] = {}
         self.bytes_written = 0
         self._seq = 0
@@ -85,7 +93,11 @@ class VersionWriter:
     def _segment(self, artifact: Artifact[Any], rows: pa.Table, dead: Sequence[str]) -> str:
         name = f"{self.version:06d}-{self._seq}"
         self._seq += 1
-        info = write_segment(self.store.segment_dir(artifact.name), name, rows, dead)
+        directory = self.staging / "segments" / artifact.name
+        info = write_segment(directory, name, rows, dead)
+        for f in segment_files(directory, name):
+            if f.is_file():
+                self.store.objects.put_file(f"segments/{artifact.name}/{f.name}", f)
         self.bytes_written += info.bytes
         return name
 
@@ -118,7 +130,7 @@ class VersionWriter:
             merged = pa.Table.from_batches(list(base.batches()), schema=base.segments[0].batch.schema)
             self.tables[artifact.name] = TableRef([self._segment(artifact, merged, [])], len(base))
         else:
-            deltas = Table(artifact, self.store.segment_dir(artifact.name), names[1:], 0)
+            deltas = Table(artifact, self.store.segment_source(artifact.name), names[1:], 0)
             first = base.segments[0]
             rows = pa.Table.from_batches(list(deltas.batches()), schema=first.batch.schema)
             dead = sorted({k for seg in deltas.segments for k in seg.dead_keys()
@@ -127,19 +139,30 @@ class VersionWriter:
         return self.bytes_written - before
 
     def commit(self, manifest: Manifest, expect_current: int | None = None) -> Manifest:
-        """Publish: the manifest, then `CURRENT`. With `expect_current`, refuse (StoreError) when another
-        writer published since that version was read (a full `hygraph index` replacing it)."""
+        """Publish: the manifest (created only if no other writer published this version), then `CURRENT`.
+        With `expect_current`, refuse (StoreError) when another writer published since that version was read
+        (a full `hygraph index` replacing it). A writer whose lease was taken over is refused too."""
         manifest.version, manifest.created = self.version, time.time()
         manifest.tables = dict(self.tables)
-        with self.store.lock():
-            cur = self.store.current_version()
-            if expect_current is not None and cur != expect_current:
-                raise StoreError(f"index version {cur} appeared while version {self.version} was being applied on "
-                                 f"{expect_current} (a full `hygraph index`?)")
-            write_atomic(self.store.versions_dir / f"{self.version:06d}.json", manifest.to_json())
-            if cur is None or self.version > cur:
-                write_atomic(self.store.root / "CURRENT", f"{self.version}\n".encode())
+        self.lease.check()
+        cur = self.store.current_version()
+        if expect_current is not None and cur != expect_current:
+            raise StoreError(f"index version {cur} appeared while version {self.version} was being applied on "
+                             f"{expect_current} (a full `hygraph index`?)")
+        if not self.store.objects.put_if_absent(_manifest_key(self.version), manifest.to_json()):
+            raise StoreError(f"{self.store.uri}: index version {self.version} was published by another writer "
+                             "first; this one is not published")
+        if cur is None or self.version > cur:
+            self.store.objects.put("CURRENT", f"{self.version}\n".encode())
         return manifest
+
+
+def _manifest_key(version: int) -> str:
+    return f"versions/{version:06d}.json"
+
+
+def _record_key(version: int) -> str:
+    return f"collections/{version:06d}.json"
 
 
 @dataclass(frozen=True)
@@ -154,114 +177,135 @@ class GcResult:
 
 
 class IndexStore:
-    def __init__(self, index_dir: str | os.PathLike[str], create: bool = False) -> None:
-        self.root = Path(index_dir)
-        if not self.root.exists():
-            if not create:
-                raise InputError(f"index directory {self.root} does not exist (build one with `hygraph index`)")
-            self.root.mkdir(parents=True)
-        elif not self.root.is_dir():
-            raise InputError(f"index directory {self.root} is not a directory")
-        self.versions_dir = self.root / "versions"
-        self.segments_dir = self.root / "segments"
-        self.derived_dir = self.root / "derived"  # read structures derived from a version (store/derived.py)
-        ident = self.root / "index.json"
+    """The index at `index_dir`: a local directory or `s3://bucket/prefix` (`store/objects.py`).
+    `cache_dir`/`cache_bytes`: this node's copies of an S3 index's segments (config `store.*`);
+    `lease_s`: the term of the writer lease."""
+
+    def __init__(self, index_dir: str | os.PathLike[str], create: bool = False, cache_dir: str = "",
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, lease_s: float = lease.DEFAULT_TERM_S) -> None:
+        self.objects: Objects = open_objects(index_dir, cache_dir, cache_bytes, create=create)
+        self.uri = self.objects.uri
+        self.lease_s = lease_s
+        self.derived_dir = self.objects.local_dir / "derived"  # this node's read structures (store/derived.py)
         if create:
-            self.versions_dir.mkdir(exist_ok=True)
-            self.segments_dir.mkdir(exist_ok=True)
-            with self.lock():
-                if not ident.is_file():
-                    write_atomic(ident, json.dumps({"uid": uuid.uuid4().hex[:12], "created": time.time()}).encode())
-        self.uid: str | None = json.loads(ident.read_text())["uid"] if ident.is_file() else None
+            self.objects.put_if_absent("index.json", json.dumps({"uid": uuid.uuid4().hex[:12],
+                                                                 "created": time.time()}).encode())
+        ident = self.objects.get("index.json")
+        try:
+            self.uid: str | None = json.loads(ident)["uid"] if ident is not None else None
+        except (ValueError, KeyError, TypeError):
+            raise StoreError(f"{self.uri}/index.json: not an index identity") from None
 
-    def segment_dir(self, artifact: str) -> Path:
-        return self.segments_dir / artifact
+    @property
+    def local_dir(self) -> Path:
+        """This node's directory for the index: build checkpoints, derived structures, the LLM cache."""
+        return self.objects.local_dir
 
-    def lock(self) -> AbstractContextManager[None]:
-        return locked(self.root / ".lock")
+    def segment_source(self, artifact: str) -> Source:
+        return lambda name: self.objects.local_path(f"segments/{artifact}/{name}")
 
     def versions(self) -> list[int]:
-        if not self.versions_dir.is_dir():
-            return []
-        return sorted(int(m.group(1)) for p in self.versions_dir.iterdir() if (m := _MANIFEST.match(p.name)))
+        return sorted(int(m.group(1)) for k in self.objects.list("versions/") if (m := _MANIFEST.match(k)))
 
     def current_version(self) -> int | None:
-        cur = self.root / "CURRENT"
-        return int(cur.read_text().strip()) if cur.is_file() else None
+        data = self.objects.get("CURRENT")
+        if data is None:
+            return None
+        try:
+            return int(data.decode().strip())
+        except ValueError:
+            raise StoreError(f"{self.uri}/CURRENT: not a version number") from None
 
     def manifest(self, version: int | None = None) -> Manifest:
         """A version's manifest alone (no segments mapped): what job status and the updater's checks read."""
         v = self.current_version() if version is None else version
         if v is None:
-            raise InputError(f"index directory {self.root} holds no index version (build one with `hygraph index`)")
-        path = self.versions_dir / f"{v:06d}.json"
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            if (self.versions_dir / f"{v:06d}" / "manifest.json").is_file():
-                raise StoreError(f"{self.root}: index format 1 (a Parquet directory per version) is no longer "
+            raise InputError(f"index {self.uri} holds no index version (build one with `hygraph index`)")
+        data = self.objects.get(_manifest_key(v))
+        if data is None:
+            if self.objects.size(f"versions/{v:06d}/manifest.json") is not None:
+                raise StoreError(f"{self.uri}: index format 1 (a Parquet directory per version) is no longer "
                                  "read; rebuild the index with `hygraph index`") from None
-            raise StoreError(f"index version {v} is missing from {self.versions_dir}") from None
-        return Manifest.from_json(data, str(path))
+            raise StoreError(f"index version {v} is missing from {self.uri}") from None
+        return Manifest.from_json(data, f"{self.uri}/{_manifest_key(v)}")
 
     def open(self, version: int | None = None) -> Version:
         return Version(self, self.manifest(version))
 
     @contextmanager
-    def begin(self, prefer: int | None = None) -> Iterator[VersionWriter]:
-        """Reserve the next version number, or `prefer` while it is still above every published version and
-        no live writer holds it (a resumed build keeps the number its vector collections are named after);
-        on any exception its unpublished segments are removed."""
-        with self.lock():
-            reserved = [int(m.group(1)) for p in self.versions_dir.iterdir() if (m := _TMP.match(p.name))]
-            self._clean_stale_markers()
-            live = {int(m.group(1)) for p in self.versions_dir.iterdir() if (m := _TMP.match(p.name))}
-            published = self.versions()
-            if prefer is not None and prefer > max(published + [0]) and prefer not in live:
-                version = prefer
-                self._remove_segments_of(version)  # what the dead writer of that number left
-            else:
-                version = max(published + reserved + [0]) + 1
-            marker = self.versions_dir / f".tmp-{version}-{os.getpid()}"
-            marker.mkdir()
-        writer = VersionWriter(self, version)
+    def begin(self, prefer: int | None = None, wait_s: float | None = None) -> Iterator[VersionWriter]:
+        """Take the writer lease (waiting at most `wait_s` for another writer, None: as long as it writes) and
+        number the next version: past every published one and the one the previous holder was writing, or
+        `prefer` while that is still above every published version (a resumed build keeps the number its
+        vector collections are named after). On any exception the version's unpublished segments are removed."""
+        hold = WriterLease(self.objects, self.lease_s)
+        seen: dict[str, int] = {}
+
+        def number(previous: LeaseRecord | None) -> int:
+            seen["top"] = top = max(self.versions(), default=0)
+            seen["last"] = last = previous.version if previous is not None else 0
+            return prefer if prefer is not None and prefer > top else max(top, last) + 1
+
+        version = hold.acquire(number, wait_s)
         try:
-            yield writer
-        finally:
-            # Whatever happened after the manifest landed, the version is published and keeps its segments.
-            if not (self.versions_dir / f"{version:06d}.json").is_file():
+            current = self.current_version()
+            if seen["top"] and (current is None or seen["top"] > current):
+                # A writer died between its manifest and CURRENT: the version is published, make it current.
+                self.objects.put("CURRENT", f"{seen['top']}\n".encode())
+            if seen["last"] == version:
+                # The previous holder died writing this number (numbers only grow: no earlier one did).
                 self._remove_segments_of(version)
-            shutil.rmtree(marker, ignore_errors=True)
+            with self._staging() as staging:
+                try:
+                    yield VersionWriter(self, version, hold, staging)
+                finally:
+                    # Whatever happened after the manifest landed, the version is published and keeps its segments.
+                    if self.objects.size(_manifest_key(version)) is None:
+                        self._remove_segments_of(version)
+        finally:
+            hold.release()
+
+    @contextmanager
+    def _staging(self) -> Iterator[Path]:
+        """Where a writer writes its segments before they become objects: the index itself on a local disk."""
+        directory = self.objects.staging_dir()
+        try:
+            yield directory
+        finally:
+            if directory != self.objects.local_dir:
+                shutil.rmtree(directory, ignore_errors=True)
 
     def _remove_segments_of(self, version: int) -> None:
-        prefix = f"{version:06d}-"
-        for directory in self.segments_dir.iterdir() if self.segments_dir.is_dir() else ():
-            for f in directory.iterdir():
-                if f.name.startswith(prefix):
-                    f.unlink(missing_ok=True)
-
-    def _clean_stale_markers(self) -> None:
-        for p in self.versions_dir.iterdir():
-            m = _TMP.match(p.name)
-            if m and not pid_alive(int(m.group(2))):
-                shutil.rmtree(p, ignore_errors=True)
-
-    def _record_path(self, version: int) -> Path:
-        return self.versions_dir / f".collections-{version}.json"
+        for key in self.objects.list("segments/"):
+            m = _SEGMENT.match(key)
+            if m and int(m.group(2)) == version:
+                self.objects.delete(key)
 
     def record_collections(self, version: int, names: Iterable[str]) -> None:
         """Record (durably) that version `version`'s writer is about to create the vector collections
-        `names`, before it creates any: if the version is never published, `gc` returns them."""
-        with self.lock():
-            path = self._record_path(version)
-            known = json.loads(path.read_bytes()) if path.is_file() else []
-            write_atomic(path, json.dumps(sorted(set(known) | set(names))).encode())
+        `names`, before it creates any: if the version is never published, `gc` returns them. Only the
+        holder of the writer lease for `version` calls this."""
+        data = self.objects.get(_record_key(version))
+        known = self._parse_record(data, version) if data is not None else []
+        self.objects.put(_record_key(version), json.dumps(sorted(set(known) | set(names))).encode())
+
+    def _parse_record(self, data: bytes, version: int) -> list[str]:
+        try:
+            names = json.loads(data)
+            if not isinstance(names, list):
+                raise ValueError("not a list")
+        except ValueError:
+            raise StoreError(f"{self.uri}/{_record_key(version)}: not a record of vector collections (remove it "
+                             f"after dropping the collections hg_{self.uid}_g{version}_* by hand)") from None
+        return [str(n) for n in names]
+
+    def _records(self) -> dict[int, str]:
+        return {int(m.group(1)): k for k in self.objects.list("collections/") if (m := _RECORD.match(k))}
 
     def forget_collections(self, versions: Iterable[int]) -> None:
         """Remove the records of `versions`' collections (dropped, or named by a published manifest)."""
-        with self.lock():
-            for v in versions:
-                self._record_path(v).unlink(missing_ok=True)
+        for v in versions:
+            self.objects.delete(_record_key(v))
 
     def every_collection(self) -> set[str]:
         """Every vector collection this index may have: those its versions name (with what they retired
@@ -269,84 +313,75 @@ class IndexStore:
         names: set[str] = set()
         for v in self.versions():
             names.update(self.manifest(v).collections.values())
-        for p in self.versions_dir.iterdir():
-            if _RECORD.match(p.name):
-                try:
-                    names.update(str(n) for n in json.loads(p.read_bytes()))
-                except ValueError:
-                    raise StoreError(f"{p}: not a record of vector collections") from None
+        for v, key in self._records().items():
+            data = self.objects.get(key)
+            if data is not None:
+                names.update(self._parse_record(data, v))
         return names
-
-    def _orphaned_collections(self, live: set[int]) -> dict[int, list[str]]:
-        """The recorded collections of versions neither published nor being written (their writer died);
-        records of published versions are removed (the manifest names those collections)."""
-        out: dict[int, list[str]] = {}
-        published = set(self.versions())
-        for p in self.versions_dir.iterdir():
-            m = _RECORD.match(p.name)
-            if m is None:
-                continue
-            v = int(m.group(1))
-            if v in published:
-                p.unlink()
-            elif v not in live:
-                try:
-                    names = json.loads(p.read_bytes())
-                except ValueError:
-                    raise StoreError(f"{p}: not a record of vector collections (remove it after dropping "
-                                     f"the collections hg_{self.uid}_g{v}_* by hand)") from None
-                out[v] = [str(n) for n in names]
-        return out
 
     def gc(self, keep: int, grace_s: float) -> GcResult:
         """Remove versions older than the newest `keep` and older than `grace_s` (CURRENT always stays),
-        then every segment file no remaining version names and no live writer is writing.
+        then every segment no remaining version names and the lease's holder is not writing.
 
-        A reader keeps the segments it mapped even when their files go; the grace period covers a
-        reader that resolved CURRENT just before it moved and has not mapped its segments yet.
+        Segments and records are listed before the lease is read, and versions after: a writer that took the
+        lease after that read writes only files the listing did not see. A reader keeps the segments it
+        mapped even when their files go (on S3, its cached copies); the grace period covers a reader that
+        resolved CURRENT just before it moved and has not mapped its segments yet.
         """
+        segment_keys = self.objects.list("segments/")
+        records = self._records()
+        epochs = lease.epochs(self.objects)
+        holder = lease.newest(self.objects)[1]
+        live = holder is not None and holder.live()
+        current = self.current_version()
+        before = self.versions()
+
+        def writing(v: int) -> bool:
+            return live and holder.version == v  # type: ignore[union-attr]
+
         removed: list[int] = []
+        now = time.time()
+        named: set[str] = set()
+        for v in before[:-keep] if keep > 0 else before:
+            manifest = self.manifest(v)
+            if v == current or now - manifest.created < grace_s:
+                continue
+            named.update(manifest.collections.values())
+            self.objects.delete(_manifest_key(v))
+            removed.append(v)
+        remaining = [v for v in before if v not in removed]
+        orphans: dict[int, list[str]] = {}
+        for v, key in records.items():
+            if v in remaining:
+                self.objects.delete(key)  # the manifest names them
+            elif not writing(v):
+                data = self.objects.get(key)
+                if data is not None:
+                    orphans[v] = self._parse_record(data, v)
+        for names in orphans.values():
+            named.update(names)
+        referenced: set[tuple[str, str]] = set()
+        for v in remaining:
+            manifest = self.manifest(v)
+            named.difference_update(manifest.collections.values())
+            for name, ref in manifest.tables.items():
+                referenced.update((name, s) for s in ref.segments)
         n_files = n_bytes = 0
-        with self.lock():
-            self._clean_stale_markers()
-            current = self.current_version()
-            now = time.time()
-            named: set[str] = set()
-            for v in self.versions()[:-keep] if keep > 0 else self.versions():
-                path = self.versions_dir / f"{v:06d}.json"
-                if v == current or now - path.stat().st_mtime < grace_s:
-                    continue
-                named.update(self.manifest(v).collections.values())
-                path.unlink()
-                removed.append(v)
-            writing = {int(m.group(1)) for p in self.versions_dir.iterdir() if (m := _TMP.match(p.name))}
-            orphans = self._orphaned_collections(writing)
-            for names in orphans.values():
-                named.update(names)
-            referenced: set[tuple[str, str]] = set()
-            for v in self.versions():
-                manifest = self.manifest(v)
-                named.difference_update(manifest.collections.values())
-                for name, ref in manifest.tables.items():
-                    referenced.update((name, s) for s in ref.segments)
-            for directory in self.segments_dir.iterdir() if self.segments_dir.is_dir() else ():
-                for f in directory.iterdir():
-                    m = _SEGMENT.match(f.name)
-                    if m is None:
-                        continue
-                    name = f"{m.group(1)}-{m.group(2)}"
-                    if (directory.name, name) in referenced or int(m.group(1)) in writing:
-                        continue
-                    n_bytes += f.stat().st_size
-                    n_files += 1
-                    f.unlink()
-            live = set(self.versions())
-            derived.remove(self.derived_dir, lambda uid, v, fmt: (uid, fmt) == (self.uid, derived.FORMAT) and v in live)
-            fsync_dir(self.versions_dir)
+        for key in segment_keys:
+            m = _SEGMENT.match(key)
+            if m is None or (m.group(1), f"{m.group(2)}-{m.group(3)}") in referenced or writing(int(m.group(2))):
+                continue
+            n_bytes += self.objects.delete(key)
+            n_files += 1
+        for epoch in epochs[:-1]:  # past holders' records; the newest is the lease
+            self.objects.delete(lease.key(epoch))
+        kept = set(remaining)
+        derived.remove(self.derived_dir, lambda uid, v, fmt: (uid, fmt) == (self.uid, derived.FORMAT) and v in kept)
         return GcResult(removed, n_files, n_bytes, named, sorted(orphans))
 
     def segment_bytes(self, artifact: str, segment: str) -> int:
-        return sum(f.stat().st_size for f in segment_files(self.segment_dir(artifact), segment) if f.is_file())
+        return sum(self.objects.size(f"segments/{artifact}/{segment}{suffix}") or 0
+                   for suffix in (".arrow", ".keys.npy", ".dead.arrow"))
 
     def size_bytes(self, version: int | None = None) -> int:
         """Bytes of the segments one version references (what a reader of it maps)."""
@@ -356,9 +391,9 @@ class IndexStore:
         return total
 
     def collection(self, generation: int, kind: str, revision: int = 0) -> str:
-        """Vector collection name: unique per index directory, full build (`generation`) and rebuild of
+        """Vector collection name: unique per index, full build (`generation`) and rebuild of
         one kind within it (`revision`, the version that introduced it: a hyperbolic recalibration).
         The kind stays the last `_` field (Milvus rows are tagged with it)."""
         if self.uid is None:
-            raise StoreError(f"{self.root} has no index.json")
+            raise StoreError(f"{self.uri} has no index.json")
         return f"hg_{self.uid}_g{generation}{f'r{revision}' if revision else ''}_{kind}"

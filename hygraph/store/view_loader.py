@@ -346,8 +346,8 @@ def structures(version: Version) -> Structures:
                            lambda directory: _write_structures(directory, _derive(version)))
         got = _read_structures(d)
     except (OSError, StoreError) as exc:  # unwritable, or removed by a reader of a newer version meanwhile
-        if str(store.root) not in _unshared_warned:
-            _unshared_warned.add(str(store.root))
+        if store.uri not in _unshared_warned:
+            _unshared_warned.add(store.uri)
             log.warning("cannot share the read structures of version %d under %s (%s): this process keeps "
                         "its own copy", version.version, store.derived_dir, exc)
         return _derive(version)

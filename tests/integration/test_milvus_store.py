@@ -186,7 +186,7 @@ from hygraph.config import VectorStoreConfig
 from hygraph.indexing.stages.vectors import CollectionWriter
 from hygraph.store.versions import IndexStore
 
-store = IndexStore(sys.argv[1], create=True)
+store = IndexStore(sys.argv[1], create=True, lease_s=0.5)  # its writer lease ends half a second after the kill
 vs = connect(VectorStoreConfig(), sys.argv[1])
 with store.begin() as w:
     writer = CollectionWriter(vs, store, w.version)
@@ -214,11 +214,12 @@ def test_a_build_killed_after_creating_its_collections_leaves_nothing_after_gc(s
     assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
     names = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(names) == 2 and all(store.exists(n) for n in names)  # created, filled, sealed, then killed
-    assert (index_dir / "versions" / ".collections-1.json").is_file()
+    assert (index_dir / "collections" / "000001.json").is_file()
+    time.sleep(0.6)  # the killed writer's lease runs out: gc then knows it is not writing
     result = _gc(index_dir)
     assert result["collections_dropped"] == names and result["unfinished_builds"] == [1]
     assert not any(store.exists(n) for n in names)
-    assert not list((index_dir / "versions").glob(".*"))  # neither the record nor the writer's marker is left
+    assert not list((index_dir / "collections").iterdir())  # the record went with the collections
     assert _gc(index_dir) == {"versions_removed": [], "segment_files_removed": 0, "bytes_removed": 0,
                               "collections_dropped": [], "unfinished_builds": []}
 

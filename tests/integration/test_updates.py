@@ -19,7 +19,9 @@ from hygraph.core.hyperbolic import from_storage, init_from_text, poincare_dista
 from hygraph.engine import QueryEngine
 from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.artifacts import LEXICAL_CHUNKS
+from hygraph.store import lease
 from hygraph.store.journal import Journal
+from hygraph.store.objects import open_objects
 from hygraph.store.versions import IndexStore
 from tests.index_tables import chunk_ids, chunks_of, doc_ids, leaves, summaries
 from tests.integration.conftest import DATA, HYGRAPH, cli_env, last_json, run_cli
@@ -99,6 +101,15 @@ def test_bad_insert_input_exits_2_and_journals_nothing(built_index, tmp_path):
     assert proc.returncode == 2 and "--ids" in proc.stderr
 
 
+SHORT_LEASE = {"HYGRAPH__STORE__LEASE_S": "3"}
+
+
+def _writing(index_dir: Path) -> bool:
+    """Whether a live writer holds the index's writer lease."""
+    record = lease.newest(open_objects(index_dir))[1]
+    return record is not None and record.live()
+
+
 def test_a_killed_updater_applies_every_document_exactly_once(built_index, tmp_path):
     """Two jobs are journaled (as the HTTP API does), then `hygraph insert` of a third starts
     applying all three and is killed with SIGKILL while it publishes the version. The next
@@ -110,14 +121,14 @@ def test_a_killed_updater_applies_every_document_exactly_once(built_index, tmp_p
         journal.append("insert", {"documents": [{**doc, "metadata": {}}]})
     start = IndexStore(index_dir).current_version()
     third = _write(tmp_path / "third.jsonl", docs[2:])
+    # A short writer lease: the next run takes it over once the killed one's term is over.
     proc = subprocess.Popen([*HYGRAPH, "insert", "--index-dir", str(index_dir), "--corpus", str(third)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env())
-    versions = index_dir / "versions"
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env(**SHORT_LEASE))
     deadline = time.monotonic() + 300
-    while not any(p.name.startswith(".tmp-") for p in versions.iterdir()):
+    while not _writing(index_dir):
         assert proc.poll() is None and time.monotonic() < deadline, "the insert never started publishing"
         time.sleep(0.005)
-    # The version directory exists from the start of publishing; vector writes come first.
+    # The writer lease is taken from the start of publishing; vector writes come first.
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     assert IndexStore(index_dir).current_version() == start, "the killed apply must publish nothing"
@@ -147,7 +158,7 @@ def test_a_kill_while_segments_are_written_publishes_all_or_nothing_and_orphans_
     start = store.current_version()
     batch = _write(tmp_path / "two.jsonl", docs)
     proc = subprocess.Popen([*HYGRAPH, "insert", "--index-dir", str(index_dir), "--corpus", str(batch)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env())
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env(**SHORT_LEASE))
     prefix = f"{start + 1:06d}-"
     deadline = time.monotonic() + 300
     while not any(f.name.startswith(prefix) for d in (index_dir / "segments").iterdir() for f in d.iterdir()):

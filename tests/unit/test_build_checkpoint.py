@@ -19,7 +19,7 @@ from hygraph.indexing.stages.hierarchy import HierarchyResult
 from hygraph.indexing.stages.hyperbolic import Trained
 from hygraph.indexing.stages.vectors import CollectionWriter
 from hygraph.model import Document
-from hygraph.store import stage_files
+from hygraph.store import lease, stage_files
 from hygraph.store.versions import IndexStore
 
 FAISS = VectorStoreConfig(backend="faiss", index_type="FLAT", device="cpu")
@@ -182,12 +182,12 @@ def test_a_resumed_writer_keeps_the_collections_written_and_rewrites_the_rest(tm
 
 def test_begin_prefers_a_dead_writers_number_only_above_every_published_version(tmp_path):
     store = IndexStore(tmp_path, create=True)
-    (store.versions_dir / ".tmp-3-999999999").mkdir()  # a dead writer held 3
-    (store.segment_dir("chunks")).mkdir(parents=True)
-    (store.segment_dir("chunks") / "000003-0.arrow").write_bytes(b"left by the dead writer")
+    # A dead writer held the lease for version 3 (its term is over) and left a segment.
+    store.objects.put_if_absent(lease.key(1), json.dumps({"holder": "dead", "expires": 1.0, "version": 3}).encode())
+    store.objects.put("segments/chunks/000003-0.arrow", b"left by the dead writer")
     with store.begin(prefer=3) as w:
         assert w.version == 3
-    assert not (store.segment_dir("chunks") / "000003-0.arrow").exists()
-    (store.versions_dir / "000005.json").write_text("{}")  # published 5
+    assert store.objects.list("segments/") == []
+    store.objects.put("versions/000005.json", b"{}")  # published 5
     with store.begin(prefer=3) as w:
         assert w.version == 6

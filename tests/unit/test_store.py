@@ -111,16 +111,16 @@ def test_a_failed_version_leaves_nothing_behind(tmp_path):
     assert store.versions() == [v1] and store.current_version() == v1
     assert sorted(p.name for p in (tmp_path / "segments" / "documents").iterdir()) == \
         ["000001-0.arrow", "000001-0.keys.npy"]
-    assert not [p for p in (tmp_path / "versions").iterdir() if p.name.startswith(".tmp-")]
 
 
 def test_commit_refuses_when_another_writer_published_meanwhile(tmp_path):
     store = IndexStore(tmp_path, create=True)
     v1 = _commit(store, replace=_docs("a"))
+    base = store.open(v1).table(DOCUMENTS)  # an update read version 1 ...
+    _commit(store, replace=_docs("z"))  # ... then a full build landed before it took the lease
     with pytest.raises(StoreError, match="appeared while"):
         with store.begin() as w:
-            w.change(store.open(v1).table(DOCUMENTS), DOCUMENTS, _docs("b"), [], DIMS)
-            _commit(store, replace=_docs("z"))  # a full build lands first
+            w.change(base, DOCUMENTS, _docs("b"), [], DIMS)
             w.commit(Manifest(dims=DIMS), expect_current=v1)
     assert sorted(store.open().table(DOCUMENTS).ids()) == ["z"]
 
@@ -161,7 +161,7 @@ def test_gc_removes_old_versions_and_only_unreferenced_segments(tmp_path):
 
 def _die_while_writing(index_dir: str) -> None:
     """A build that records its collections and dies (no cleanup runs) before it commits."""
-    store = IndexStore(index_dir)
+    store = IndexStore(index_dir, lease_s=1.0)  # its lease expires a second after it died
     with store.begin() as w:
         store.record_collections(w.version, [store.collection(w.version, "chunks")])
         store.record_collections(w.version, [store.collection(w.version, "entities")])  # a second record adds
@@ -185,10 +185,10 @@ def test_gc_hands_back_the_collections_of_builds_that_never_committed(tmp_path):
         assert store.gc(keep=1, grace_s=0.0).collections == set()
         live.commit(Manifest(dims=DIMS, collections={"chunks": store.collection(live.version, "chunks")}))
     # Published: the manifest names its collections, so gc removes the record and hands back nothing.
-    assert (tmp_path / "versions" / f".collections-{live.version}.json").is_file()
+    assert (tmp_path / "collections" / f"{live.version:06d}.json").is_file()
     result = store.gc(keep=2, grace_s=0.0)
     assert result.collections == set() and result.orphaned == []
-    assert not list((tmp_path / "versions").glob(".collections-*"))
+    assert not list((tmp_path / "collections").iterdir())
 
 
 def test_compaction_keeps_the_rows_and_the_deletions(tmp_path):

