@@ -69,7 +69,7 @@ def reset_vector(view: IndexView, entity_seeds: dict[str, float],
     if view.graph is None or view.walk is None:
         raise ValueError("graph propagation needs the hybrid graph, and this index version has none")
     index = view.graph.node_index
-    # One lookup per seed (`get`, not `in` then `[]`): the index is a mapped hash table, each lookup a hash and a search.
+    # One lookup per seed (`get`, not `in` then `[]`): the index is a mapped hash table, a hash and a search each.
     ent = [(i, w) for e, w in entity_seeds.items() if w > 0 and (i := index.get(e)) is not None]
     chk = [(i, s) for c, s in chunk_seeds if s > 0 and (i := index.get(c)) is not None]
     if not ent and not chk:
