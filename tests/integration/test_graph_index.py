@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
 
-from hygraph.config import MODES
+from hygraph.config import MODES, load_config
 from hygraph.core import lexical
+from hygraph.engine import QueryEngine
+from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.artifacts import CHUNKS, ENTITIES, GRAPH, HYPERPLANES, LEXICAL_CHUNKS, LEXICAL_ENTITIES, RELATIONS
 from hygraph.store import derived, view_loader
 from hygraph.store.versions import IndexStore
@@ -94,19 +97,29 @@ def test_every_mode_answers_through_eval(built_index, hotpot_subset):
     assert res["modes"]["hybrid"]["recall@5"] >= 0.5
 
 
-def test_hyperbolic_query_returns_its_implicit_subgraph(built_index):
+@pytest.fixture(scope="module")
+def ask(built_index) -> Iterator[Callable[[str, str], dict]]:
+    """Questions answered in this process, as `hygraph query` answers them (the same pipeline and JSON; the
+    CLI's own path is test_cli_dense's): a CLI process per question paid the model's and store's start."""
     index_dir, _ = built_index
-    res = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "hyperbolic",
-                            "Are Christopher Nolan and Sathish Kalathil both film directors?"))
+    cfg = load_config(None)
+    engine = QueryEngine(cfg, index_dir)
+    try:
+        pipeline = QueryPipeline(engine)
+        yield lambda question, mode: pipeline.run(QueryRequest.make(cfg.retrieval, question, mode)).to_json()
+    finally:
+        engine.close()
+
+
+def test_hyperbolic_query_returns_its_implicit_subgraph(ask):
+    res = ask("Are Christopher Nolan and Sathish Kalathil both film directors?", "hyperbolic")
     tree = res["context"]["notes"]["implicit_subgraph"]
     assert tree["root"] == "query" and tree["nodes"] and tree["edges"]
     assert len(res["passages"]) == 5
 
 
-def test_auto_records_the_route(built_index):
-    index_dir, _ = built_index
-    res = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "auto",
-                            "What are the main themes across these documents?"))
+def test_auto_records_the_route(ask):
+    res = ask("What are the main themes across these documents?", "auto")
     # a question about the whole collection is typed `corpus` and answered by global search
     assert res["context"]["notes"]["route"] == "corpus"
     assert res["context"]["notes"]["routed_mode"] == "global"
