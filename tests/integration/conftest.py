@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from hygraph.processes import locked, pid_alive
 from tests.data import DEV_DATA
 
 DATA = DEV_DATA
@@ -87,7 +89,7 @@ def serving(index_dir: Path, log: Path, ready_s: float = 240, **env: str) -> Ite
         client = Client(url)
         deadline = time.monotonic() + ready_s
         while not client.ready() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(1)
+            time.sleep(0.25)
         if proc.poll() is None and client.ready():
             break
         proc.kill()
@@ -108,3 +110,61 @@ def serving(index_dir: Path, log: Path, ready_s: float = 240, **env: str) -> Ite
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(30)
+
+
+def copy_index(src: Path, dst: Path, timeout_s: float = 120) -> None:
+    """Copy an index (its embedded Milvus data included) while no Milvus server runs on it: under the lock
+    its servers start and stop under, once its state file names no live server."""
+    milvus = src / "milvus"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with locked(milvus / "server.lock"):
+            state = milvus / "server.json"
+            if not state.exists() or not pid_alive(int(json.loads(state.read_text())["pid"])):
+                shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns("clients", "server.lock"))
+                return
+        assert time.monotonic() < deadline, f"a Milvus server still runs on {src} after {timeout_s:g} s"
+        time.sleep(1)
+
+
+# The one service key of the writable server, and its limits (the hostile-input module's: small bodies, a
+# short body timeout, 20 documents a request, summaries not deferred).
+WRITER_KEY = "writer-key-0b1c"
+WRITER_ENV = {"HYGRAPH_API_KEYS": WRITER_KEY, "HYGRAPH__SERVE__BODY_TIMEOUT_S": "2",
+              "HYGRAPH__SERVE__MAX_BODY_BYTES": "32768", "HYGRAPH__SERVE__MAX_DOCUMENTS_PER_REQUEST": "20",
+              "HYGRAPH__UPDATES__DEFER_SUMMARIES_S": "0"}
+
+
+class WritableServer:
+    """`hygraph serve` on a copy of the session's index, started by the first module that asks and shared by
+    the modules that write and delete documents (the web console's, the hostile-input one's): one index copy
+    and one service start instead of one each. The other modules expect the index as built, hence the copy.
+    `stop()` ends it early (the last module using it calls it: an idle service costs the modules after it
+    CPU); a module asking after that gets a fresh one."""
+
+    def __init__(self, built: Path, work: Path) -> None:
+        self._built, self._work = built, work
+        self._stack = ExitStack()
+        self._srv: dict | None = None
+        self._starts = 0
+
+    def get(self) -> dict:
+        if self._srv is None:
+            self._starts += 1
+            work = self._work / str(self._starts)
+            copy_index(self._built, work / "index")
+            self._srv = self._stack.enter_context(serving(work / "index", work / "serve.log", **WRITER_ENV))
+        return self._srv
+
+    def stop(self) -> None:
+        self._srv = None
+        self._stack.close()
+
+
+@pytest.fixture(scope="session")
+def writable_server_handle(built_index, tmp_path_factory) -> Iterator[WritableServer]:
+    handle = WritableServer(built_index[0], tmp_path_factory.mktemp("writable"))
+    try:
+        yield handle
+    finally:
+        handle.stop()

@@ -7,51 +7,28 @@ Screenshots go to $HYGRAPH_SCREENSHOTS (default: the test's tmp dir)."""
 from __future__ import annotations
 
 import http.client
-import json
 import os
-import shutil
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
-from hygraph.processes import locked, pid_alive
-from tests.integration.conftest import serving
+from tests.integration.conftest import WRITER_KEY
 
 pytestmark = pytest.mark.integration
-KEY = "console-key-7d1e"
+KEY = WRITER_KEY
 CHROMIUM = Path("/usr/bin/chromium")
 QUESTION = "Which magazine was started first, Arthur's Magazine or First for Women?"
 UPLOAD_TEXT = ("The Quillimant Observatory stands on Mount Varrel. It was founded in 1911 by the astronomer "
                "Edda Quillimant, who catalogued the variable stars of the southern sky from its dome.\n")
 
 
-def copy_index(src: Path, dst: Path, timeout_s: float = 120) -> None:
-    """Copy an index (its embedded Milvus data included) while no Milvus server runs on it: under the lock
-    its servers start and stop under, once its state file names no live server."""
-    milvus = src / "milvus"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with locked(milvus / "server.lock"):
-            state = milvus / "server.json"
-            if not state.exists() or not pid_alive(int(json.loads(state.read_text())["pid"])):
-                shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns("clients", "server.lock"))
-                return
-        assert time.monotonic() < deadline, f"a Milvus server still runs on {src} after {timeout_s:g} s"
-        time.sleep(1)
-
-
 @pytest.fixture(scope="module")
-def console_server(built_index, tmp_path_factory):
-    """`hygraph serve` on a copy of the session's index: this module writes and deletes documents, and
-    the other modules expect the index as built."""
-    index_dir, _ = built_index
-    work = tmp_path_factory.mktemp("console")
-    copy_index(index_dir, work / "index")
-    with serving(work / "index", work / "serve.log", HYGRAPH_API_KEYS=KEY) as srv:
-        yield srv
+def console_server(writable_server_handle):
+    """The session's writable server (a copy of its index, shared with the hostile-input module): this module
+    writes and deletes documents, and the other modules expect the index as built."""
+    return writable_server_handle.get()
 
 
 @pytest.fixture(scope="module")

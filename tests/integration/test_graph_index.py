@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
 
-from hygraph.config import MODES
+from hygraph.config import MODES, load_config
 from hygraph.core import lexical
+from hygraph.engine import QueryEngine
+from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.artifacts import CHUNKS, ENTITIES, GRAPH, HYPERPLANES, LEXICAL_CHUNKS, LEXICAL_ENTITIES, RELATIONS
 from hygraph.store import derived, view_loader
 from hygraph.store.versions import IndexStore
@@ -94,44 +97,38 @@ def test_every_mode_answers_through_eval(built_index, hotpot_subset):
     assert res["modes"]["hybrid"]["recall@5"] >= 0.5
 
 
-def test_hyperbolic_query_returns_its_implicit_subgraph(built_index):
+@pytest.fixture(scope="module")
+def ask(built_index) -> Iterator[Callable[[str, str], dict]]:
+    """Questions answered in this process, as `hygraph query` answers them (the same pipeline and JSON; the
+    CLI's own path is test_cli_dense's): a CLI process per question paid the model's and store's start."""
     index_dir, _ = built_index
-    res = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "hyperbolic",
-                            "Are Christopher Nolan and Sathish Kalathil both film directors?"))
+    cfg = load_config(None)
+    engine = QueryEngine(cfg, index_dir)
+    try:
+        pipeline = QueryPipeline(engine)
+        yield lambda question, mode: pipeline.run(QueryRequest.make(cfg.retrieval, question, mode)).to_json()
+    finally:
+        engine.close()
+
+
+def test_hyperbolic_query_returns_its_implicit_subgraph(ask):
+    res = ask("Are Christopher Nolan and Sathish Kalathil both film directors?", "hyperbolic")
     tree = res["context"]["notes"]["implicit_subgraph"]
     assert tree["root"] == "query" and tree["nodes"] and tree["edges"]
     assert len(res["passages"]) == 5
 
 
-def test_auto_records_the_route(built_index):
-    index_dir, _ = built_index
-    res = last_json(run_cli("query", "--index-dir", str(index_dir), "--mode", "auto",
-                            "What are the main themes across these documents?"))
+def test_auto_records_the_route(ask):
+    res = ask("What are the main themes across these documents?", "auto")
     # a question about the whole collection is typed `corpus` and answered by global search
     assert res["context"]["notes"]["route"] == "corpus"
     assert res["context"]["notes"]["routed_mode"] == "global"
 
 
-def test_triples_import_builds_the_graph_from_them(tmp_path):
-    rows = [json.loads(l) for l in (DATA / "musique_train100.corpus.jsonl").open()][:60]
-    triples = [json.loads(l) for l in (DATA / "musique_train100.triples.jsonl").open()]
-    keep = {r["id"] for r in rows}
-    corpus, tfile = tmp_path / "c.jsonl", tmp_path / "t.jsonl"
-    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tfile.write_text("".join(json.dumps(t) + "\n" for t in triples if t["passage_id"] in keep))
-    out = last_json(run_cli("index", "--corpus", str(corpus), "--triples", str(tfile),
-                            "--index-dir", str(tmp_path / "idx")))
-    assert "extract" not in out["llm_calls"]
-    version = IndexStore(tmp_path / "idx").open()
-    # "Journal of Mathematical Physics" is an entity of the first passage's OpenIE output.
-    assert "journal of mathematical physics" in version.table(ENTITIES)
-    rels = version.table(RELATIONS)
-    assert any(h == "journal of mathematical physics" and t == "american institute of physics"
-               for h, t in zip(rels.values("head"), rels.values("tail")))
-
-
-def test_leiden_partitioner_builds_and_serves_global(tmp_path):
-    """HyGRAG's context-aware Leiden as layer 1, LSH above it; `global` reads its communities."""
+def test_triples_import_and_the_leiden_partitioner_build_and_serve_global(tmp_path):
+    """The graph built from imported triples (no extraction), with HyGRAG's context-aware Leiden as layer 1,
+    LSH above it; `global` reads its communities. (One build for both: the triples import was a build of its
+    own on the same corpus, with the default partitioner that `built_index` already covers.)"""
     rows = [json.loads(l) for l in (DATA / "musique_train100.corpus.jsonl").open()][:60]
     triples = [json.loads(l) for l in (DATA / "musique_train100.triples.jsonl").open()]
     keep = {r["id"] for r in rows}
@@ -141,8 +138,15 @@ def test_leiden_partitioner_builds_and_serves_global(tmp_path):
     env = cli_env(HYGRAPH__HIERARCHY__PARTITIONER="leiden")
     out = last_json(run_cli("index", "--corpus", str(corpus), "--triples", str(tfile), "--index-dir", str(idx),
                             env=env))
+    assert "extract" not in out["llm_calls"]
+    version = IndexStore(idx).open()
+    # "Journal of Mathematical Physics" is an entity of the first passage's OpenIE output.
+    assert "journal of mathematical physics" in version.table(ENTITIES)
+    rels = version.table(RELATIONS)
+    assert any(h == "journal of mathematical physics" and t == "american institute of physics"
+               for h, t in zip(rels.values("head"), rels.values("tail")))
     assert out["stats"]["segments_per_layer"]["L1"] > 1
-    assert IndexStore(idx).manifest().hierarchy.partitioner == "leiden"
+    assert version.manifest.hierarchy.partitioner == "leiden"
     res = last_json(run_cli("query", "--index-dir", str(idx), "--mode", "global",
                             "What is the Journal of Mathematical Physics?", env=env))
     assert res["passages"] and res["context"]["summaries"]

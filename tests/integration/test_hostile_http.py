@@ -21,11 +21,11 @@ from hygraph.client import Client
 from hygraph.config import MODES
 from hygraph.store.journal import Journal
 from tests.index_tables import doc_ids
-from tests.integration.conftest import DATA, last_json, run_cli, serving
+from tests.integration.conftest import WRITER_KEY
 from tests.sockets import exposed, listening
 
 pytestmark = pytest.mark.integration
-KEY = "hostile-key-0b1c"
+KEY = WRITER_KEY
 AUTH = {"Authorization": f"Bearer {KEY}"}
 INJECTION = "zz'] or id not in ['"
 HOSTILE_IDS = [INJECTION, "D'Arcy-notes", 'quote"double', "back\\slash", "a/b/../c", "x?y=1#frag", "50%25",
@@ -35,19 +35,14 @@ REFUSED_IDS = ["line\nbreak", "nul\x00", "lone\ud800", "a" * 257, "a" * 511, "a"
 
 
 @pytest.fixture(scope="module")
-def hostile_server(tmp_path_factory):
-    """A fresh 40-document graph index of its own: these tests write and delete a lot."""
-    data = tmp_path_factory.mktemp("hostile-data")
-    rows = [json.loads(line) for line in (DATA / "hotpotqa_train100.corpus.jsonl").open()][:40]
-    corpus = data / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    index_dir = tmp_path_factory.mktemp("hostile-index")
-    last_json(run_cli("index", "--corpus", str(corpus), "--index-dir", str(index_dir)))
-    with serving(index_dir, data / "serve.log", HYGRAPH_API_KEYS=KEY, HYGRAPH__SERVE__BODY_TIMEOUT_S="2",
-                 HYGRAPH__SERVE__MAX_BODY_BYTES="32768", HYGRAPH__SERVE__MAX_DOCUMENTS_PER_REQUEST="20",
-                 HYGRAPH__UPDATES__DEFER_SUMMARIES_S="0") as srv:
-        srv["initial"] = {r["id"] for r in rows}
-        yield srv
+def hostile_server(writable_server_handle):
+    """The session's writable server (a copy of its index, with the limits these tests need, shared with the
+    console's module, which runs before and leaves the documents as it found them): these tests write and
+    delete a lot. The last module to use it: stopped when this one ends."""
+    srv = dict(writable_server_handle.get())
+    srv["initial"] = set(doc_ids(srv["index_dir"]))
+    yield srv
+    writable_server_handle.stop()
 
 
 def _documents(index_dir: Path) -> list[str]:
