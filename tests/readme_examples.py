@@ -45,6 +45,9 @@ NOT_RUN = {
     "make setup": "builds the 6,119-passage 2wiki_dev index (about 20 minutes on 2 cores); `hygraph index`, `query` "
                   "and `eval` run on the test index in tests/integration/test_cli_dense.py",
     "make test        # ruff": "`make test` is what runs this test",
+    "weed server -dir=/tmp/weed": "starts a second SeaweedFS on fixed ports and builds the 994-passage demo index into "
+                                  "it (minutes); tests/integration/test_object_store_index.py runs the same "
+                                  "`hygraph index` / `hygraph query` on s3:// against the session's SeaweedFS",
 }
 
 # Lines of a run block that would start a second service or change the test's environment.

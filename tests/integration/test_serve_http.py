@@ -377,18 +377,6 @@ def test_two_tenants_never_see_each_other_and_deleting_one_leaves_the_rest(serve
         # The default index is the service's: a key scoped to a named index has no rights there.
         assert _status(lambda: Client(url, api_key=keys["team-a"]).query(QUESTION)) == 404
 
-        # An idle named index's updater ends (updates.named_idle_stop_s, 15 s here); the next write starts one.
-        deadline = time.monotonic() + 120
-        while not (status := clients["team-a"].updater()).get("stopped"):
-            assert time.monotonic() < deadline, status
-            time.sleep(2)
-        assert status["pending"] == 0 and status["index_version"] >= 2
-        later = {"id": "a-2", "title": "Brannoch Eddystrand",
-                 "text": "Brannoch Eddystrand repairs fog horns in Ystermark."}
-        clients["team-a"].wait(clients["team-a"].add_documents([later])["job_id"], timeout_s=300)
-        out = clients["team-a"].query(later["title"], mode="dense", top_k=1)
-        assert [p["id"] for p in out["passages"]] == ["a-2"]
-
         with Client(url, api_key=ADMIN) as admin:
             assert admin.delete_index("team-b")["job_id"]
             assert _status(lambda: admin.index_info("team-b")) == 404
@@ -401,6 +389,18 @@ def test_two_tenants_never_see_each_other_and_deleting_one_leaves_the_rest(serve
         while sorted(p.name for p in gone.iterdir()) != ["team-a"]:
             assert time.monotonic() < deadline, sorted(p.name for p in gone.iterdir())
             time.sleep(1)
+
+        # An idle named index's updater ends (updates.named_idle_stop_s, 15 s here); the next write starts one.
+        deadline = time.monotonic() + 120
+        while not (status := clients["team-a"].updater()).get("stopped"):
+            assert time.monotonic() < deadline, status
+            time.sleep(2)
+        assert status["pending"] == 0 and status["index_version"] >= 2
+        later = {"id": "a-2", "title": "Brannoch Eddystrand",
+                 "text": "Brannoch Eddystrand repairs fog horns in Ystermark."}
+        clients["team-a"].wait(clients["team-a"].add_documents([later])["job_id"], timeout_s=300)
+        out = clients["team-a"].query(later["title"], mode="dense", top_k=1)
+        assert [p["id"] for p in out["passages"]] == ["a-2"]
     finally:
         for client in clients.values():
             client.close()
