@@ -116,8 +116,9 @@ def _check_client(out: str) -> None:
 
 def _check_live_updates(out: str) -> None:
     inserted, deleted = _json_lines(out)[-2:]
-    assert inserted["documents"] == 2 and inserted["version"] >= 1, inserted
-    assert deleted["documents_removed"] == 2 and deleted["version"] > inserted["version"], deleted
+    # The versions that applied each job (a batch may carry other journaled writes with it).
+    assert inserted["documents"] >= 2 and inserted["version"] >= 1, inserted
+    assert deleted["documents_removed"] >= 2 and deleted["version"] > inserted["version"], deleted
 
 
 Check = Callable[[str], None]
