@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hygraph.errors import InputError, StoreError
+from hygraph.store.files import fsync_dir
 
 S3_SCHEME = "s3://"
 DEFAULT_CACHE_DIR = "~/.cache/hygraph/indexes"
@@ -115,14 +116,6 @@ def _write(path: Path, data: bytes, durable: bool) -> None:
             os.fsync(fh.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class LocalObjects(Objects):
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -148,7 +141,7 @@ class LocalObjects(Objects):
         _write(tmp, data, durable)
         os.replace(tmp, path)
         if durable:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
 
     def put_if_absent(self, key: str, data: bytes, durable: bool = True) -> bool:
         path = self._path(key)
@@ -161,7 +154,7 @@ class LocalObjects(Objects):
         finally:
             tmp.unlink()
         if durable:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         return True
 
     def put_file(self, key: str, path: Path) -> None:
@@ -169,7 +162,7 @@ class LocalObjects(Objects):
         if path != final:  # segments are written in place: nothing to move
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, final)
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
 
     def list(self, prefix: str) -> list[str]:
         folder, _, start = prefix.rpartition("/")
