@@ -22,7 +22,8 @@ from typing import Any, Callable, NoReturn
 
 from hygraph.runtime.loopback import request_loopback
 from hygraph.runtime.watch import is_child, run_watched
-from hygraph.config import MODES, HygraphConfig, load_config
+from hygraph.config import HygraphConfig, load_config
+from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.errors import HygraphError, InputError, StoreError
 from hygraph.store.objects import is_remote
 
@@ -93,8 +94,8 @@ def _filter(text: str) -> dict[str, Any]:
 
 def _modes(text: str) -> str:
     for mode in (m.strip() for m in text.split(",") if m.strip()):
-        if mode not in MODES:
-            raise argparse.ArgumentTypeError(f"unknown mode '{mode[:40]}' (one of {', '.join(MODES)})")
+        if mode not in MODE_NAMES:
+            raise argparse.ArgumentTypeError(f"unknown mode '{mode[:40]}' (one of {', '.join(MODE_NAMES)})")
     return text
 
 
@@ -231,7 +232,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("query", parents=[config_after], help="answer one question")
     s.add_argument("--index-dir", required=True)
     s.add_argument("--index", default=None, metavar="NAME", help=INDEX_HELP)
-    s.add_argument("--mode", default=None, choices=MODES, help="default: retrieval.mode of the config (hybrid)")
+    s.add_argument("--mode", default=None, choices=MODE_NAMES, help="default: retrieval.mode of the config (hybrid)")
     s.add_argument("--k", type=_positive, default=None)
     s.add_argument("--filter", type=_filter, default=None, metavar="JSON",
                    help='passages only from documents whose metadata matches, e.g. \'{"lang": "en", "year": [2023, '
@@ -243,7 +244,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--index-dir", required=True)
     s.add_argument("--index", default=None, metavar="NAME", help=INDEX_HELP)
     s.add_argument("--questions", required=True)
-    s.add_argument("--modes", type=_modes, default="dense", help=f"comma-separated, of {', '.join(MODES)}")
+    s.add_argument("--modes", type=_modes, default="dense", help=f"comma-separated, of {', '.join(MODE_NAMES)}")
     s.add_argument("--k", type=_positive, default=5)
     s.add_argument("--limit", type=_positive, default=None, help="evaluate only the first N questions")
     s.add_argument("--baselines", action="store_true",
@@ -279,7 +280,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", parents=[config_after],
                        help="build the bundled demo index if needed and answer sample questions")
     s.add_argument("--index-dir", default="runs/demo")
-    s.add_argument("--mode", default=None, choices=MODES, help="default: retrieval.mode of the config (hybrid)")
+    s.add_argument("--mode", default=None, choices=MODE_NAMES, help="default: retrieval.mode of the config (hybrid)")
     s.add_argument("--questions", type=_positive, default=3)
     s.set_defaults(run=cmd_demo)
 

@@ -15,14 +15,13 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.errors import ConfigError
 
 ENV_PREFIX = "HYGRAPH__"
 Device = Literal["auto", "cpu", "cuda"]
-# Retrieval modes (README, Retrieval modes); `dense` is the baseline every evaluation compares against.
-MODES = ("dense", "bm25", "dense+bm25", "hybrid", "ppr", "collapsed", "hypergraph", "hyperbolic", "local", "global",
-         "auto")
-Mode = Literal[MODES]  # type: ignore[valid-type]
+# Retrieval modes (README, Retrieval modes; their table is core/retrieval/modes.py).
+Mode = Literal[MODE_NAMES]  # type: ignore[valid-type]
 
 
 class Section(BaseModel):

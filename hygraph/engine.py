@@ -24,18 +24,10 @@ from hygraph.backends.vectorstore import VectorStore
 from hygraph.config import HygraphConfig
 from hygraph.core.hyperbolic import from_storage
 from hygraph.core.prompt import assemble_prompt
-from hygraph.core.retrieval.collapsed import collapsed
 from hygraph.core.retrieval.context import Context, ContextItem, Hits, Search, SearchRequest
-from hygraph.core.retrieval.dense import dense
 from hygraph.core.retrieval.filter import MetadataIndex, PassageFilter
 from hygraph.core.retrieval.filtered import run_filtered
-from hygraph.core.retrieval.hybrid import hybrid
-from hygraph.core.retrieval.hyperbolic import hyperbolic
-from hygraph.core.retrieval.hypergraph import hypergraph
-from hygraph.core.retrieval.lexical import bm25, dense_bm25
-from hygraph.core.retrieval.local_global import global_, local
-from hygraph.core.retrieval.ppr import ppr
-from hygraph.core.retrieval.routing import routed_mode
+from hygraph.core.retrieval.modes import ModeUnavailable, Request, retrieve
 from hygraph.core.retrieval.view import IndexView, Points
 from hygraph.errors import InputError, VersionNotReady
 from hygraph.model import Chunk
@@ -103,6 +95,7 @@ class QueryEngine:
         self.loaded = self._load(self.store.open())
         self.embedder = embedder or make_embedder(cfg.embedder, questions=True)
         self.llm = llm or make_llm(cfg.llm, cache_dir=str(self.store.local_dir / "llm_cache"))
+        self._settings = cfg.retrieval.model_dump()  # what the modes read of the config, by name
 
     def _load(self, version: Version) -> Loaded:
         collections = version.manifest.collections
@@ -186,44 +179,12 @@ class QueryEngine:
 
     def _retrieve(self, question: str, query_vec: np.ndarray, mode: str, k: int, loaded: Loaded, v: IndexView,
                   search: Search) -> Context:
-        if mode == "dense":
-            return dense(query_vec, k, search, v.chunk_text, v.chunk_doc, v.titles)
-        if mode == "auto":
-            # The `route` role types the question; the type's mode retrieves (core/retrieval/routing.py).
-            question_type = self.llm.route(question)
-            chosen = routed_mode(question_type)
-            ctx = self._retrieve(question, query_vec, chosen, k, loaded, v, search)
-            ctx.notes.update(route=question_type, routed_mode=chosen)
-            return ctx
-        if mode in ("bm25", "dense+bm25", "hybrid", "ppr", "hyperbolic") and v.chunk_lexical is None:
-            raise InputError(f"mode: '{mode}' needs the lexical (BM25) index, and index version {v.version} was "
-                             f"built without it (rebuild with `hygraph index`)")
-        if mode == "bm25":
-            return bm25(question, k, v)
-        if mode == "dense+bm25":
-            return dense_bm25(question, query_vec, k, v, search)
-        needs = {"hyperbolic": "hyperbolic", "collapsed": "summaries", "global": "summaries", "hybrid": "relations",
-                 "ppr": "relations", "hypergraph": "hyperedges", "local": "entities"}
-        if needs[mode] not in loaded.collections:
-            raise InputError(f"mode: '{mode}' needs the {needs[mode]} of a graph index; index version "
-                             f"{v.version} was built without them (rebuild without --dense-only)")
-        r = self.cfg.retrieval
-        if mode == "hybrid":
-            return hybrid(question, query_vec, k, v, search, self._question_entities)
-        if mode == "ppr":
-            return ppr(question, query_vec, k, v, search, self._question_entities)
-        if mode == "collapsed":
-            return collapsed(query_vec, k, v, search, bias=r.collapsed_bias, p=r.collapsed_p,
-                             max_tokens=r.max_context_tokens)
-        if mode == "hypergraph":
-            return hypergraph(question, query_vec, k, v, search, self.embedder.encode, self._question_entities,
-                              k_v=r.k_v, tau_v=r.tau_v, k_h=r.k_h, tau_h=r.tau_h)
-        if mode == "hyperbolic":
-            return hyperbolic(question, query_vec, k, v, search, self.embedder.encode, self.llm.decompose,
-                              self._points(loaded), self._question_entities)
-        if mode == "local":
-            return local(question, query_vec, k, v, search, self._question_entities)
-        return global_(query_vec, k, v, search)
+        request = Request(question, query_vec, k, v, search, self.embedder.encode, self._question_entities,
+                          self.llm.decompose, self.llm.route, self._points(loaded), self._settings)
+        try:
+            return retrieve(mode, request, loaded.collections)
+        except ModeUnavailable as exc:
+            raise InputError(f"mode: {exc}") from None
 
     def prompt_items(self, question: str, ctx: Context) -> list[ContextItem]:
         """HyGRAG eq. 23: the numbered context, lowest-scored items trimmed to the token budget."""

@@ -15,8 +15,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from hygraph.backends.llm.base import LLM, Answer
-from hygraph.config import MODES, RetrievalConfig
+from hygraph.config import RetrievalConfig
 from hygraph.core.retrieval.context import Context, ContextItem
+from hygraph.core.retrieval.modes import MODE_NAMES, MODES
 from hygraph.engine import Loaded, QueryEngine
 from hygraph.errors import InputError
 from hygraph.input_rules import check_filter, check_nonblank_text
@@ -30,30 +31,29 @@ class QueryRequest:
     mode: str
     k: int
     min_version: int = 0  # read-your-writes: answer from this index version or a newer one
-    answer: bool = True  # False: retrieval only, no `answer` role call
     # Passages only from documents whose metadata matches (core/retrieval/filter.py); None or {}: all documents.
     filter: Mapping[str, Any] | None = None
     index: str = "default"  # the service's index it asks (store/registry.py); "default": `--index-dir`
 
     @classmethod
     def make(cls, cfg: RetrievalConfig, question: str, mode: str | None = None, k: int | None = None,
-             min_version: int | None = None, answer: bool = True,
+             min_version: int | None = None,
              filter: Mapping[str, Any] | None = None,  # noqa: A002 - the API's field name
              index: str = "default") -> "QueryRequest":
         """The request with the configured defaults; InputError naming the bad field."""
         check_nonblank_text(question, "question")
         mode = mode or cfg.mode
-        if mode not in MODES:
-            raise InputError(f"mode: unknown mode '{mode[:40]}' (one of {', '.join(MODES)})")
+        if mode not in MODE_NAMES:
+            raise InputError(f"mode: unknown mode '{mode[:40]}' (one of {', '.join(MODE_NAMES)})")
         if filter is not None:
             check_filter(filter)
-        return cls(question, mode, k or cfg.top_k, min_version or 0, answer, filter or None, index)
+        return cls(question, mode, k or cfg.top_k, min_version or 0, filter or None, index)
 
 
 def needs_question_vector(req: QueryRequest) -> bool:
-    """Every mode but `bm25` searches by the question's vector; a filtered `bm25` query fills up with the
-    nearest allowed passages by dense similarity (core/retrieval/filtered.py), so it needs one too."""
-    return req.mode != "bm25" or bool(req.filter)
+    """Whether the mode searches by the question's vector (core/retrieval/modes.py); a filtered query fills
+    up with the nearest allowed passages by dense similarity (core/retrieval/filtered.py), so it needs one too."""
+    return MODES[req.mode].question_vector or bool(req.filter)
 
 
 @dataclass
@@ -100,11 +100,6 @@ def finish(retrieval: Retrieval, answer: Answer, usage: dict[str, int], generate
     seconds["total"] = sum(seconds.values())
     return QueryResult(retrieval.request, answer.text, list(answer.citations), retrieval.context,
                        retrieval.version, seconds, usage)
-
-
-def no_answer(retrieval: Retrieval) -> QueryResult:
-    """A retrieval-only request's result: the context and passages, no `answer` role call."""
-    return finish(retrieval, Answer(""), {"prompt_tokens": 0, "completion_tokens": 0}, 0.0)
 
 
 def _tokens(llm: LLM) -> tuple[int, int]:
@@ -155,5 +150,4 @@ class QueryPipeline:
                          {"embed": t1 - t0, "retrieve": time.perf_counter() - t1})
 
     def run(self, req: QueryRequest) -> QueryResult:
-        retrieval = self.retrieve(req)
-        return answer(self.engine.llm, retrieval) if req.answer else no_answer(retrieval)
+        return answer(self.engine.llm, self.retrieve(req))

@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python loadtests/x.py` finds the package
 
-from hygraph.config import MODES, load_config  # noqa: E402
+from hygraph.config import load_config  # noqa: E402
+from hygraph.core.retrieval.modes import MODE_NAMES  # noqa: E402
 from hygraph.engine import QueryEngine  # noqa: E402
 from hygraph.pipeline import QueryPipeline, QueryRequest  # noqa: E402
 
@@ -32,7 +33,7 @@ def main() -> None:
     ap.add_argument("--questions", required=True)
     ap.add_argument("--questions-n", type=int, default=40)
     ap.add_argument("--config", default=None)
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default=",".join(MODE_NAMES))
     ap.add_argument("--profile", default=None, help="a mode to profile (cProfile, by own time)")
     args = ap.parse_args()
     cfg = load_config(args.config)

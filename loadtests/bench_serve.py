@@ -50,7 +50,8 @@ import psutil  # noqa: E402
 from ray import serve  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 
-from hygraph.config import MODES, HygraphConfig, load_config  # noqa: E402
+from hygraph.config import HygraphConfig, load_config  # noqa: E402
+from hygraph.core.retrieval.modes import MODE_NAMES  # noqa: E402
 from hygraph.runtime import init_ray  # noqa: E402
 from hygraph.model import load_questions  # noqa: E402
 from hygraph.serve.app import APP_NAME, build_app  # noqa: E402
@@ -286,7 +287,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"index_dir": args.index_dir, "machine": f"{platform.processor() or platform.machine()}, "
                               f"{os.cpu_count()} CPUs", "load": "wrk" if shutil.which("wrk") else "httpx (in process)",
                               "date": time.strftime("%Y-%m-%d %H:%M"), "topologies": {}, "matrix": {}}
-    modes = [m for m in MODES if m != "dense"]
+    modes = [m for m in MODE_NAMES if m != "dense"]
     with tempfile.TemporaryDirectory() as tmp:
         for store in args.stores.split(","):
             for variant in args.variants.split(","):

@@ -23,7 +23,7 @@ from hygraph.config import load_config
 from hygraph.core.ppr import forward_push, power_iteration
 from hygraph.core.retrieval import propagation
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
-from hygraph.core.retrieval.hybrid import pool_size
+from hygraph.core.retrieval.context import pool_size
 from hygraph.core.retrieval.linking import link_entities
 from hygraph.engine import QueryEngine
 from hygraph.model import load_questions

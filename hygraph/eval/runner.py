@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from hygraph.config import MODES, HygraphConfig
+from hygraph.config import HygraphConfig
+from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.engine import QueryEngine
 from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.errors import InputError
@@ -74,8 +75,8 @@ def run_eval(cfg: HygraphConfig, index_dir: str | Path, questions_path: str | Pa
     if not modes:
         raise InputError("--modes: give at least one mode")
     for m in modes:
-        if m not in MODES:
-            raise InputError(f"--modes: unknown mode '{m}' (one of {', '.join(MODES)})")
+        if m not in MODE_NAMES:
+            raise InputError(f"--modes: unknown mode '{m}' (one of {', '.join(MODE_NAMES)})")
     if baselines:
         modes = [*(b for b in BASELINES if b not in modes), *modes]
     questions = load_questions(questions_path)[:limit]

@@ -1,7 +1,6 @@
 """A bounded cache of query results for repeated questions, keyed by the index version they came from.
 
-A result depends only on the index version it read, the mode, `k`, the filter, whether an answer
-was asked for and the question. The key carries all of them (and the index's uid, so an index
+A result depends only on the index version it read, the mode, `k`, the filter and the question. The key carries all of them (and the index's uid, so an index
 deleted and created again under its name never hits the old one's entries), so a new version
 invalidates by construction: its requests build keys that no stored entry has, and the old
 entries age out of the LRU.
@@ -35,15 +34,14 @@ class CacheKey:
     version: int
     mode: str
     k: int
-    answer: bool
     filter: str  # canonical JSON; "" for none
     question: str
 
     @classmethod
-    def of(cls, index: str, uid: str | None, version: int, mode: str, k: int, answer: bool,
+    def of(cls, index: str, uid: str | None, version: int, mode: str, k: int,
            filter: Mapping[str, Any] | None, question: str) -> "CacheKey":  # noqa: A002 - the API's field
         canonical = json.dumps(filter, sort_keys=True, separators=(",", ":")) if filter else ""
-        return cls(index, uid or "", version, mode, k, answer, canonical, normalize_question(question))
+        return cls(index, uid or "", version, mode, k, canonical, normalize_question(question))
 
 
 class AnswerCache:

@@ -34,7 +34,7 @@ from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
 from hygraph.errors import IndexNotReady, InputError
 from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieval, answer, answer_stream,
-                              needs_question_vector, no_answer)
+                              needs_question_vector)
 from hygraph.serve.answer_cache import AnswerCache, CacheKey
 from hygraph.serve.batching import ContinuousBatcher
 from hygraph.serve.metrics import AnswerCacheMetrics, EmbedderMetrics, IndexMetrics, LLMMetrics
@@ -238,7 +238,7 @@ class Retriever:
         engine = pipeline.engine
         if self.answers.entries == 0 or req.min_version > engine.version:
             return None
-        return CacheKey.of(req.index, engine.store.uid, engine.version, req.mode, req.k, req.answer, req.filter,
+        return CacheKey.of(req.index, engine.store.uid, engine.version, req.mode, req.k, req.filter,
                            req.question)
 
     async def _pipeline_async(self, index: str) -> QueryPipeline:
@@ -253,8 +253,6 @@ class Retriever:
         retrieval = pipeline.retrieve(req, query_vec)
         if req.mode == "hyperbolic" and self._learn:
             self._send_to_learner(req.index, retrieval.context.notes["implicit_subgraph"], query_vec)
-        if not req.answer:
-            return no_answer(retrieval)
         return answer(pipeline.engine.llm, retrieval) if answers_here(self.cfg) else retrieval
 
     def _send_to_learner(self, index: str, subgraph: dict[str, Any], query_vec: np.ndarray) -> None:

@@ -160,11 +160,28 @@ class Leaves:
 class LeavesMap(_Keyed[Leaves]):
     """Each summary's layer-0 leaves, by summary id."""
 
-    def __init__(self, summaries: Table[Any], parents: Table[Any]) -> None:
-        self.table, self.parents = summaries, Parents(parents)
+    def __init__(self, summaries: Table[Any], parents: Parents) -> None:
+        self.table, self.parents = summaries, parents
 
     def __getitem__(self, sid: str) -> Leaves:
         return Leaves(self.table, self.parents, sid, self.table.value(sid, "layer"))
+
+
+class AncestorsMap(_Keyed[frozenset]):
+    """Each layer-0 node's summaries of every layer above it, by node id (the inverse of `LeavesMap`)."""
+
+    def __init__(self, parents: Parents) -> None:
+        self.table, self.parents = parents.table, parents
+
+    def __getitem__(self, node: str) -> frozenset:
+        got = self.get(node)
+        if got is None:
+            raise KeyError(node)
+        return got
+
+    def get(self, node: str, default: Any = None) -> Any:
+        got = self.parents.ancestors(node) if isinstance(node, str) else None
+        return got or default  # a node no summary lists has no entry
 
 
 def _col(version: Version, artifact: Artifact[Any], column: str) -> ColumnMap[Any]:
@@ -389,7 +406,9 @@ def _load_view(version: Version) -> IndexView:
         view.summary_text = _col(version, SUMMARIES, "text")
         view.summary_layer = _col(version, SUMMARIES, "layer")
         view.summary_children = _col(version, SUMMARIES, "children")
-        view.summary_leaves = LeavesMap(version.table(SUMMARIES), version.table(PARENTS))
+        parents = Parents(version.table(PARENTS))
+        view.summary_leaves = LeavesMap(version.table(SUMMARIES), parents)
+        view.node_summaries = AncestorsMap(parents)
     hyp = version.manifest.hyperbolic
     if hyp is not None and version.has(TERMS):
         view.hyper_neighbours = _col(version, TERMS, "neighbours")

@@ -8,7 +8,8 @@ from typing import Callable, Iterator
 import numpy as np
 import pytest
 
-from hygraph.config import MODES, load_config
+from hygraph.config import load_config
+from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.core import lexical
 from hygraph.engine import QueryEngine
 from hygraph.pipeline import QueryPipeline, QueryRequest
@@ -89,8 +90,8 @@ def test_every_mode_answers_through_eval(built_index, hotpot_subset):
     index_dir, _ = built_index
     _, questions = hotpot_subset
     res = last_json(run_cli("eval", "--index-dir", str(index_dir), "--questions", str(questions),
-                            "--modes", ",".join(MODES), "--k", "5", "--limit", "4"))
-    assert list(res["modes"]) == list(MODES)
+                            "--modes", ",".join(MODE_NAMES), "--k", "5", "--limit", "4"))
+    assert list(res["modes"]) == list(MODE_NAMES)
     for mode, stats in res["modes"].items():
         assert stats["recall@5"] is not None, mode
     # Gold passages are in this small corpus; the graph modes must find them as dense does.

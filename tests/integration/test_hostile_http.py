@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from hygraph.client import Client
-from hygraph.config import MODES
+from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.store.journal import Journal
 from tests.index_tables import doc_ids
 from tests.integration.conftest import WRITER_KEY
@@ -135,7 +135,7 @@ def test_apostrophe_and_slash_ids_are_insertable_queryable_and_deletable(hostile
         docs = [{"id": "D'Arcy-notes", "text": "Darcy Fenwhistle keeps the apostrophe notes in Ottawa."},
                 {"id": "notes/2026/a.txt", "text": "Orblen Stavroguine files notes under a slashed path."}]
         assert c.wait(c.add_documents(docs)["job_id"])["status"] == "done"
-        for mode in MODES:
+        for mode in MODE_NAMES:
             out = c.query("Where does Darcy Fenwhistle keep the apostrophe notes?", mode=mode)
             assert out["index_version"] >= c.seen_version, mode
         assert c.query("Darcy Fenwhistle apostrophe notes", mode="dense")["passages"][0]["id"] == "D'Arcy-notes"
@@ -143,7 +143,7 @@ def test_apostrophe_and_slash_ids_are_insertable_queryable_and_deletable(hostile
         jobs = [c.delete_document(d["id"])["job_id"] for d in docs]
         assert all(j["status"] == "done" for j in _settle(c, jobs).values())
         # Read-your-writes: every mode answers from the version without them, none returns them.
-        for mode in MODES:
+        for mode in MODE_NAMES:
             ids = [p["id"] for p in c.query("Darcy Fenwhistle apostrophe notes Ottawa", mode=mode)["passages"]]
             assert not {"D'Arcy-notes", "notes/2026/a.txt"} & set(ids), mode
 

@@ -17,7 +17,7 @@ import pytest
 from openai import OpenAI
 
 from hygraph.client import ApiError, Client
-from hygraph.config import MODES
+from hygraph.core.retrieval.modes import MODE_NAMES
 from tests.index_tables import chunk_ids, doc_ids
 from tests.readme_examples import RUN, examples, how, run
 from tests.integration.conftest import last_json, run_cli, serving
@@ -40,7 +40,7 @@ def server(built_index, tmp_path_factory):
 QUESTION = "Which magazine was started first, Arthur's Magazine or First for Women?"
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODE_NAMES)
 def test_every_mode_answers_over_http(server, mode):
     out = server["client"].query(QUESTION, mode=mode, top_k=5)
     assert out["mode"] == mode
@@ -156,7 +156,7 @@ def test_writes_need_the_key_are_journaled_and_applied_under_query_load(server):
             while authed.query(question, mode="dense")["index_version"] < removed["index_version"]:
                 assert time.monotonic() < deadline
                 time.sleep(0.5)
-            for mode in MODES:
+            for mode in MODE_NAMES:
                 out = authed.query(question, mode=mode)
                 assert doc["id"] not in [p["id"] for p in out["passages"]], mode
                 # `notes` echo the question (hyperbolic's directives); everything else came from the index.
@@ -202,7 +202,7 @@ def test_document_metadata_is_kept_returned_and_filters_every_mode(server):
                 break
         assert all(listed[d["id"]] == d["metadata"] for d in docs)
         english = {"meta-doc-0", "meta-doc-2"}
-        for mode in MODES:
+        for mode in MODE_NAMES:
             out = authed.query(QUESTION, mode=mode, top_k=5, filter={"team": team, "lang": "en"})
             assert {p["id"] for p in out["passages"]} == english, (mode, out["passages"])
             assert all(p["metadata"]["lang"] == "en" for p in out["passages"]), mode

@@ -15,7 +15,8 @@ import pytest
 
 from hygraph.cluster.jobs import summaries_pending
 from hygraph.cluster.publisher import IndexUpdater
-from hygraph.config import MODES, load_config
+from hygraph.config import load_config
+from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.core.hyperbolic import from_storage, init_from_text, poincare_distance
 from hygraph.engine import QueryEngine
 from hygraph.pipeline import QueryPipeline, QueryRequest
@@ -79,7 +80,7 @@ def test_insert_then_delete_touch_only_what_changed(built_index, tmp_path):
         assert all(new[i] == after[i] for i in new.keys() & after.keys())
         assert engine.refresh() and engine.version == deleted["version"]
         sentence = gone["text"][:60]
-        for mode in MODES:
+        for mode in MODE_NAMES:
             res = pipeline.run(QueryRequest.make(cfg.retrieval, gone["title"], mode)).to_json()
             assert gone["id"] not in [p["id"] for p in res["passages"]], mode
             assert sentence not in json.dumps(res["context"]), mode

@@ -6,7 +6,7 @@ from hygraph.serve.answer_cache import AnswerCache, CacheKey, normalize_question
 
 
 def key(**kw):
-    base = dict(index="default", uid="u1", version=3, mode="hybrid", k=5, answer=True, filter=None,
+    base = dict(index="default", uid="u1", version=3, mode="hybrid", k=5, filter=None,
                 question="Who directed Jaws?")
     return CacheKey.of(**{**base, **kw})
 
@@ -20,7 +20,7 @@ def test_whitespace_and_unicode_forms_are_one_question_case_is_not():
 
 def test_every_input_of_a_result_is_in_the_key():
     assert key() == key(filter={})
-    for change in (dict(version=4), dict(mode="dense"), dict(k=6), dict(answer=False), dict(index="hr"),
+    for change in (dict(version=4), dict(mode="dense"), dict(k=6), dict(index="hr"),
                    dict(uid="u2"), dict(filter={"lang": "en"})):
         assert key(**change) != key(), change
     assert key(filter={"a": 1, "b": 2}) == key(filter={"b": 2, "a": 1})

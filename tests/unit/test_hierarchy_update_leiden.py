@@ -15,7 +15,7 @@ from hygraph.indexing.state import IndexState
 from hygraph.store.artifacts import PARENTS, SUMMARIES, ParentsRow, SummaryRow
 from hygraph.store.manifest import Manifest
 from hygraph.store.versions import IndexStore
-from hygraph.store.view_loader import LeavesMap
+from hygraph.store.view_loader import AncestorsMap, LeavesMap, Parents
 
 TAU = 0.5
 NO_CODES = np.zeros(0, np.int64)
@@ -132,12 +132,13 @@ def test_content_attached_under_a_higher_layer_is_read_and_edited_through_it(tmp
                 w.change(version.table(artifact), artifact, *state.changes(artifact), {"text": 3})
             w.commit(state.manifest)
         [top] = index.ids[3]
-        return hier, top, LeavesMap(store.open().table(SUMMARIES), store.open().table(PARENTS))
+        return hier, top, LeavesMap(store.open().table(SUMMARIES), Parents(store.open().table(PARENTS)))
 
     hier, top, leaves = edit(["e5"], ["c3"], [])
     assert "L1:2" in store.open().table(SUMMARIES).value(top, "children")
     expected = ["c1", "c2", "c3", "e1", "e2", "e3", "e4", "e5"]
     assert list(hier.leaves(top, 3)) == expected and list(leaves[top]) == expected
+    assert top in AncestorsMap(leaves.parents)["c3"] and AncestorsMap(leaves.parents).get("nowhere") is None
     assert "c3" in leaves[top] and "e5" in leaves[top] and "c3" not in leaves["L2:0"]
 
     _, top, leaves = edit([], [], ["e5"])  # the community's only member goes: retired, and the summary above

@@ -11,10 +11,12 @@ from the similarities written in the tables.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from hygraph.config import RetrievalConfig
 from hygraph.core.graph import build_hybrid_graph
 from hygraph.core.lexical import analyze
 from hygraph.core.lexical import build as bm25_index
@@ -22,12 +24,13 @@ from hygraph.core.retrieval.collapsed import collapsed
 from hygraph.core.retrieval.context import Context
 from hygraph.core.retrieval.dense import dense
 from hygraph.core.retrieval.fusion import rrf
-from hygraph.core.retrieval.hybrid import hybrid, select_relations
+from hygraph.core.retrieval.hybrid import hybrid
+from hygraph.core.retrieval.items import select_relations
 from hygraph.core.retrieval.lexical import bm25, dense_bm25
 from hygraph.core.retrieval.linking import FUZZY_WEIGHT, NAMED_WEIGHT, fuzzy_entity, link_entities, named_entities
 from hygraph.core.retrieval.local_global import global_, local
 from hygraph.core.retrieval.routing import ROUTES, routed_mode
-from hygraph.config import MODES
+from hygraph.core.retrieval.modes import MODE_NAMES, MODES, ModeUnavailable, Request, retrieve, unavailable
 from hygraph.core.retrieval.ppr import ppr
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
@@ -118,6 +121,8 @@ def make_view() -> IndexView:
         summary_layer={sid: row[1] for sid, row in SUMMARIES.items()},
         summary_children={sid: row[2] for sid, row in SUMMARIES.items()},
         summary_leaves={sid: row[3] for sid, row in SUMMARIES.items()},
+        node_summaries={x: {sid for sid, row in SUMMARIES.items() if x in row[3]}
+                        for row in SUMMARIES.values() for x in row[3]},
         chunk_lexical=bm25_index(list(CHUNKS), [analyze(text) for text, _ in CHUNKS.values()]),
         entity_lexical=bm25_index(graph.entity_ids, [analyze(e) for e in graph.entity_ids]),
         graph=graph,
@@ -363,9 +368,43 @@ def test_global_fills_from_members_the_chunk_search_did_not_reach(view):
 def test_every_question_type_has_a_mode_and_corpus_questions_go_global():
     assert set(ROUTES) == {"entity", "bridge", "comparison", "corpus"}
     assert routed_mode("corpus") == "global"
-    assert all(routed_mode(t) in MODES and routed_mode(t) != "auto" for t in ROUTES)
+    assert all(routed_mode(t) in MODE_NAMES and routed_mode(t) != "auto" for t in ROUTES)
     with pytest.raises(ValueError, match="router answered 'both'"):
         routed_mode("both")
+
+
+def request(view: IndexView, search: BruteForce, question_type: str = "corpus") -> Request:
+    def unused(*_args):
+        raise AssertionError("not asked for by these modes")
+    return Request(QUESTION, QUERY, 2, view, search, unused, question_entities, unused, lambda q: question_type,
+                   unused, RetrievalConfig().model_dump())
+
+
+ALL_KINDS = {"chunks", "entities", "relations", "hyperedges", "summaries", "hyperbolic"}
+
+
+def test_the_mode_table_runs_a_mode_as_its_function_does(view, search):
+    assert MODE_NAMES[0] == "dense" and set(MODE_NAMES) == set(MODES)
+    by_table = retrieve("global", request(view, search), ALL_KINDS)
+    assert ids(by_table.summaries) == ids(global_(QUERY, 2, view, search).summaries) == ["L1:0", "L2:0"]
+    assert [m for m in MODE_NAMES if not MODES[m].question_vector] == ["bm25"]
+
+
+def test_auto_runs_the_routed_mode_and_notes_the_route(view, search):
+    ctx = retrieve("auto", request(view, search, "corpus"), ALL_KINDS)
+    assert ctx.notes["route"] == "corpus" and ctx.notes["routed_mode"] == "global"
+    assert ids(ctx.summaries) == ["L1:0", "L2:0"]
+
+
+def test_a_mode_the_version_cannot_answer_says_what_it_lacks(view, search):
+    dense_only = {"chunks"}
+    with pytest.raises(ModeUnavailable, match="'hybrid' needs the relations of a graph index; index version 1"):
+        retrieve("hybrid", request(view, search), dense_only)
+    with pytest.raises(ModeUnavailable, match="'global' needs the summaries"):
+        retrieve("auto", request(view, search, "corpus"), dense_only)  # the routed mode is checked too
+    no_bm25 = replace(view, chunk_lexical=None)
+    assert unavailable(MODES["hyperbolic"], no_bm25, ALL_KINDS).startswith("'hyperbolic' needs the lexical (BM25)")
+    assert unavailable(MODES["dense"], no_bm25, dense_only) is None
 
 
 # ---------------------------------------------------------------- baselines, linking, ppr

@@ -28,7 +28,7 @@ from hygraph.core.lexical import analyze
 from hygraph.core.lexical import build as bm25_index
 from hygraph.core.retrieval import hyperbolic as hyperbolic_module
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
-from hygraph.core.retrieval.hybrid import pool_size
+from hygraph.core.retrieval.context import pool_size
 from hygraph.core.retrieval.hyperbolic import hyperbolic
 from hygraph.core.retrieval.hypergraph import hypergraph
 from hygraph.core.retrieval.linking import link_entities

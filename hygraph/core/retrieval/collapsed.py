@@ -8,9 +8,8 @@ from typing import Literal
 
 import numpy as np
 
-from hygraph.core.retrieval.context import Context, Search, passages_from_chunks
-from hygraph.core.retrieval.hybrid import (chunk_item, chunks_under, pool_size, searched_members, summary_item,
-                                           until_k_passages)
+from hygraph.core.retrieval.context import Context, Search, passages_from_chunks, pool_size
+from hygraph.core.retrieval.items import chunk_item, chunks_under, searched_members, summary_item, until_k_passages
 from hygraph.core.retrieval.view import IndexView
 
 Bias = Literal["detailed", "summarized"]

@@ -14,6 +14,18 @@ Hits = list[list[tuple[str, float]]]
 SearchRequest = tuple[str, np.ndarray, int, "int | None"]
 
 
+# A similarity search deeper than k scores candidates that a top-k search would not reach
+# (relations around the entity set, passages seeding the walk). 20 x k keeps one search per
+# collection cheap; the cap bounds it for large k.
+POOL_FACTOR = 20
+MAX_POOL = 1000
+
+
+def pool_size(k: int) -> int:
+    """HyGRAG eq. 19 filter depth: hits fetched to score candidates beyond the top k (20 x k, at most 1000, >= k)."""
+    return max(k, min(POOL_FACTOR * k, MAX_POOL))
+
+
 class Search(Protocol):
     """Similarity search over the collections of one index version."""
 

@@ -22,9 +22,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from hygraph.core.retrieval.context import Context, ContextItem, Hits, Passage, Search, SearchRequest
+from hygraph.core.retrieval.context import Context, ContextItem, Hits, Passage, Search, SearchRequest, pool_size
 from hygraph.core.retrieval.filter import PassageFilter
-from hygraph.core.retrieval.hybrid import chunk_item, pool_size
+from hygraph.core.retrieval.items import chunk_item
 from hygraph.core.retrieval.view import IndexView
 
 CHUNK_KINDS = ("chunks", "hyperbolic")  # the collections keyed by chunk id

@@ -39,9 +39,8 @@ from __future__ import annotations
 import numpy as np
 
 from hygraph.core.hyperbolic import init_from_text, key_terms, poincare_distance, query_vector
-from hygraph.core.retrieval.context import Context, ContextItem, Search, passages_from_chunks
+from hygraph.core.retrieval.context import Context, ContextItem, Search, passages_from_chunks, pool_size
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
-from hygraph.core.retrieval.hybrid import pool_size
 from hygraph.core.retrieval.linking import link_entities
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate
 from hygraph.core.retrieval.view import Decompose, Embed, IndexView, Points, QuestionEntities

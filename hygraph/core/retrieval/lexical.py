@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hygraph.core.retrieval.context import Context, Search, passages_from_chunks
+from hygraph.core.retrieval.context import Context, Search, passages_from_chunks, pool_size
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
-from hygraph.core.retrieval.hybrid import chunk_item, pool_size
+from hygraph.core.retrieval.items import chunk_item
 from hygraph.core.retrieval.view import IndexView
 
 

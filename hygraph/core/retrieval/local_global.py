@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hygraph.core.retrieval.context import Context, Search, passages_from_chunks
-from hygraph.core.retrieval.hybrid import (chunk_item, chunks_under, entity_item, pool_size, relation_item,
-                                           searched_members, select_relations, summary_item, until_k_passages)
+from hygraph.core.retrieval.context import Context, Search, passages_from_chunks, pool_size
+from hygraph.core.retrieval.items import (chunk_item, chunks_under, entity_item, relation_item, searched_members,
+                                          select_relations, summary_item, until_k_passages)
 from hygraph.core.retrieval.view import IndexView, QuestionEntities
 from hygraph.model import normalize_name
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hygraph.core.retrieval.context import Context, Search, passages_from_chunks
+from hygraph.core.retrieval.context import Context, Search, passages_from_chunks, pool_size
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
-from hygraph.core.retrieval.hybrid import chunk_item, entity_item, pool_size, relation_item
+from hygraph.core.retrieval.items import chunk_item, entity_item, relation_item
 from hygraph.core.retrieval.linking import link_entities
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate
 from hygraph.core.retrieval.view import IndexView, QuestionEntities

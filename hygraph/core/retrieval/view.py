@@ -61,6 +61,9 @@ class IndexView:
     summary_layer: Mapping[str, int] = field(default_factory=dict)
     summary_children: Mapping[str, Sequence[str]] = field(default_factory=dict)
     summary_leaves: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    # the inverse: a layer-0 member's summaries, of every layer above it (the served view keeps the answers);
+    # "which of these searched ids lie under those summaries" asks it once per searched id
+    node_summaries: Mapping[str, Container[str]] = field(default_factory=dict)
     # hyperbolic (HyperRAG): the chunks with a Poincaré point (their points are read live through
     # `Points`) and their explicit keyword-edge neighbours, and the text->ball projection's dim and seed
     hyper_neighbours: Mapping[str, Sequence[str]] = field(default_factory=dict)
