@@ -117,8 +117,9 @@ class Client:
 
     # -- indexes and keys (admin routes need an admin key) ----------------------------------------
 
-    def create_index(self, name: str) -> dict[str, Any]:
-        return self._json("POST", "/v1/indexes", {"name": name})
+    def create_index(self, name: str, quota: dict[str, Any] | None = None) -> dict[str, Any]:
+        """An empty index; `quota` (`{"max_documents", "max_bytes", "max_qps"}`): its own limits."""
+        return self._json("POST", "/v1/indexes", {"name": name, **({"quota": quota} if quota is not None else {})})
 
     def indexes(self) -> list[dict[str, Any]]:
         """The indexes this key may read: [{"name", "documents", "index_version"}]."""
@@ -129,6 +130,18 @@ class Client:
 
     def delete_index(self, name: str) -> dict[str, Any]:
         return self._json("DELETE", f"/v1/indexes/{quote(name, safe='')}")
+
+    def set_quota(self, name: str, max_documents: int | None = None, max_bytes: int | None = None,
+                  max_qps: float | None = None) -> dict[str, Any]:
+        """Index `name`'s own limits (None: no limit), replacing the service's default for it (admin key)."""
+        body = {"max_documents": max_documents, "max_bytes": max_bytes, "max_qps": max_qps}
+        return self._json("PUT", f"/v1/indexes/{quote(name, safe='')}/quota", body)
+
+    def reset_quota(self, name: str) -> None:
+        """Index `name` back on the service's default limits (admin key)."""
+        resp = self._http.request("DELETE", f"/v1/indexes/{quote(name, safe='')}/quota")
+        if resp.status_code >= 400:
+            raise _error(resp)
 
     def create_key(self, rights: dict[str, list[str]], name: str = "") -> dict[str, Any]:
         """A key with these rights per index (`{"team-a": ["read", "write"]}`): {"key", "key_id"}, shown once."""

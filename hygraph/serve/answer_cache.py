@@ -1,9 +1,9 @@
 """A bounded cache of query results for repeated questions, keyed by the index version they came from.
 
-A result depends only on the index version it read, the mode, `k`, the filter and the question. The key carries all of them (and the index's uid, so an index
-deleted and created again under its name never hits the old one's entries), so a new version
-invalidates by construction: its requests build keys that no stored entry has, and the old
-entries age out of the LRU.
+A result depends only on the index version it read, the mode, `k`, the filter and the question.
+The key carries all of them (and the index's uid, so an index deleted and created again under its
+name never hits the old one's entries), so a new version invalidates by construction: its requests
+build keys that no stored entry has, and the old entries age out of the LRU.
 
 The question is normalized only where retrieval cannot tell the difference: Unicode NFC and runs
 of whitespace. Case is kept: the question's entities are found by their capitalization

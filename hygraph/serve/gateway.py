@@ -53,7 +53,8 @@ class Gateway:
         self._named_cfg = cfg.for_named_index(root)
         self._tenants: dict[str, Tenant] = {}
         self._tenants_lock = threading.Lock()
-        self.quotas = Quotas(cfg.serve.index_quota)  # named indexes only: the default index is the service's
+        # Named indexes only: the default index is the service's own.
+        self.quotas = Quotas(cfg.serve.index_quota, self.registry.quota)
 
     # -- indexes, and who may do what with them ------------------------------------------------
 
@@ -181,7 +182,7 @@ class Gateway:
         """429 when the insert would take a named index past its documents or bytes quota."""
         if tenant.name != DEFAULT_INDEX:
             await asyncio.to_thread(self.quotas.admit_insert, tenant.name, documents,
-                                    lambda: self.registry.info(tenant.name, self.quotas.cfg.max_bytes is not None))
+                                    lambda size: self.registry.info(tenant.name, size))
 
     async def ensure_updater(self, tenant: Tenant) -> None:
         """After a write is journaled: a named index's updater runs and looks at its journal (started when

@@ -2,7 +2,8 @@
 
 Layout, under the service's root (the default index's directory, `--index-dir`):
 - `indexes/<name>/`: one index directory each (`store/versions.py`), its own journal, versions and
-  vector collections (named after its uid, so two indexes never share a collection);
+  vector collections (named after its uid, so two indexes never share a collection), and its quota
+  (`quota.json`, when an admin set one: the limits that replace the service's default for it);
 - `indexes/.deleting-<uuid>/`: an index being removed. Deleting renames the directory first, so the
   name is gone (404, and free to create again) at once, and the slow part (dropping collections,
   removing files) cannot leave a half-deleted index under the name.
@@ -13,14 +14,17 @@ letter, so a name is never a path, a key prefix or a glob.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from hygraph.errors import InputError, StoreError
+from hygraph.store.files import write_atomic
 from hygraph.store.versions import IndexStore
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,63}$"
@@ -28,6 +32,7 @@ _NAME = re.compile(NAME_PATTERN)
 # The service's own index (the routes without `/v1/indexes/{name}`) is listed and granted under this name.
 DEFAULT_INDEX = "default"
 _DELETING = ".deleting-"
+QUOTA_FILE = "quota.json"
 
 
 class IndexExists(InputError):
@@ -52,6 +57,7 @@ class IndexRegistry:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.dir = self.root / "indexes"
+        self._quota_lock = threading.Lock()  # two writes of one quota file from this process: one at a time
 
     def path(self, name: str) -> Path:
         """The directory of index `name` (the default index: the root itself); the name is checked first."""
@@ -96,6 +102,29 @@ class IndexRegistry:
         skip = {self.dir, self.root / "milvus"} if name == DEFAULT_INDEX else set()
         total = sum(f.stat().st_size for f in _files(path, skip)) if size else None
         return IndexInfo(name, documents, current or 0, total)
+
+    def quota(self, name: str) -> dict[str, Any] | None:
+        """The limits an admin set on index `name` (`set_quota`); None: the service's default applies."""
+        try:
+            text = (self.path(name) / QUOTA_FILE).read_text()
+        except FileNotFoundError:
+            return None
+        limits = json.loads(text)
+        if not isinstance(limits, dict):
+            raise StoreError(f"{self.path(name) / QUOTA_FILE}: not a JSON object")
+        return limits
+
+    def set_quota(self, name: str, limits: dict[str, Any] | None) -> None:
+        """Replace index `name`'s own limits (written whole, atomically: every ingress replica reads one
+        or the other); None removes them, so the service's default applies again."""
+        path = self.path(name) / QUOTA_FILE
+        if not self.exists(name):
+            raise StoreError(f"name: no index named '{name}'")
+        with self._quota_lock:
+            if limits is None:
+                path.unlink(missing_ok=True)
+            else:
+                write_atomic(path, json.dumps(limits, sort_keys=True).encode())
 
     def detach(self, name: str) -> Path:
         """Take index `name` out of the registry at once (a rename); returns where its files now are, for

@@ -377,6 +377,20 @@ def test_two_tenants_never_see_each_other_and_deleting_one_leaves_the_rest(serve
         # The default index is the service's: a key scoped to a named index has no rights there.
         assert _status(lambda: Client(url, api_key=keys["team-a"]).query(QUESTION)) == 404
 
+        # Quotas per index: an admin holds team-a to one document; its next insert is refused, team-b's is not.
+        extra = {"id": "a-x", "title": "Quota Probe", "text": "Quota Probe is one document too many."}
+        assert _status(lambda: clients["team-a"].set_quota("team-a", max_documents=1)) == 403
+        with Client(url, api_key=ADMIN) as admin, Client(url, api_key=KEY) as service:
+            assert _status(lambda: service.set_quota("team-a", max_documents=1)) == 403
+            assert _status(lambda: admin.set_quota("no-such-index", max_documents=1)) == 404
+            assert admin.set_quota("team-a", max_documents=1)["quota"]["max_documents"] == 1
+            assert admin.index_info("team-a")["quota"] == {"max_documents": 1, "max_bytes": None, "max_qps": None}
+            time.sleep(1.5)  # every ingress replica rereads an index's limits within a second
+            assert _status(lambda: clients["team-a"].add_documents([extra])) == 429
+            assert admin.index_info("team-b")["quota"]["max_documents"] is None
+            admin.reset_quota("team-a")
+            assert admin.index_info("team-a")["quota"]["max_documents"] is None
+
         with Client(url, api_key=ADMIN) as admin:
             assert admin.delete_index("team-b")["job_id"]
             assert _status(lambda: admin.index_info("team-b")) == 404

@@ -155,8 +155,40 @@ def test_insert_quotas_count_documents_and_bytes():
     from hygraph.store.registry import IndexInfo
 
     quotas = Quotas(QuotaConfig(max_documents=10, max_bytes=1000))
-    quotas.admit_insert("a", 2, lambda: IndexInfo("a", 8, 3, 10))
+    quotas.admit_insert("a", 2, lambda size: IndexInfo("a", 8, 3, 10))
     with pytest.raises(ApiError, match="documents"):
-        quotas.admit_insert("a", 3, lambda: IndexInfo("a", 8, 3, 10))
+        quotas.admit_insert("a", 3, lambda size: IndexInfo("a", 8, 3, 10))
     with pytest.raises(ApiError, match="bytes"):
-        quotas.admit_insert("b", 1, lambda: IndexInfo("b", 0, 1, 1000))
+        quotas.admit_insert("b", 1, lambda size: IndexInfo("b", 0, 1, 1000))
+
+
+def test_an_index_with_its_own_quota_is_held_to_it_and_the_others_to_the_default(tmp_path, monkeypatch):
+    from hygraph.config import QuotaConfig
+    from hygraph.serve import quotas as q
+    from hygraph.store.registry import IndexInfo, IndexRegistry
+
+    registry = IndexRegistry(tmp_path)
+    for name in ("small", "big"):
+        registry.reserve(name)
+    registry.set_quota("small", QuotaConfig(max_documents=1).model_dump())
+    clock = [100.0]
+    monkeypatch.setattr(q.time, "monotonic", lambda: clock[0])
+    quotas = q.Quotas(QuotaConfig(max_documents=5), registry.quota)
+    empty = lambda size: IndexInfo("x", 0, 1, None)  # noqa: E731
+    quotas.admit_insert("small", 1, empty)
+    with pytest.raises(ApiError, match="limit of 1"):
+        quotas.admit_insert("small", 2, empty)
+    quotas.admit_insert("big", 5, empty)  # the default
+    registry.set_quota("small", QuotaConfig(max_documents=3).model_dump())
+    with pytest.raises(ApiError, match="limit of 1"):  # replicas reread the limits every LIMITS_TTL_S
+        quotas.admit_insert("small", 2, empty)
+    clock[0] += q.LIMITS_TTL_S + 0.1
+    quotas.admit_insert("small", 2, empty)
+    registry.set_quota("small", None)  # back on the default
+    clock[0] += q.LIMITS_TTL_S + 0.1
+    assert quotas.limits("small") == QuotaConfig(max_documents=5) and registry.quota("small") is None
+    with pytest.raises(StoreError):
+        registry.set_quota("absent", {"max_documents": 1})
+    (registry.path("big") / "quota.json").write_text('{"max_documents": -3}')
+    with pytest.raises(StoreError, match="invalid limits"):
+        quotas.limits("big")

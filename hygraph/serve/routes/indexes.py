@@ -1,19 +1,21 @@
 """Indexes and keys (CONTRACT.md, "Indexes and keys"): `POST/GET /v1/indexes`, `GET/DELETE
-/v1/indexes/{name}`, `POST /v1/keys`, `DELETE /v1/keys/{key_id}`. Making and deleting indexes and
-keys needs an admin key; listing shows only the indexes the caller may read."""
+/v1/indexes/{name}`, `POST /v1/keys`, `DELETE /v1/keys/{key_id}`, and an index's own quota
+(`PUT/DELETE /v1/indexes/{name}/quota`). Making and deleting indexes and keys and setting quotas needs
+an admin key; listing shows only the indexes the caller may read."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Optional
 
 from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from hygraph.cluster import indexes
+from hygraph.config import QuotaConfig
 from hygraph.errors import StoreError
 from hygraph.serve.access import Principal, denied, not_found
 from hygraph.serve.gateway import Gateway
@@ -34,6 +36,7 @@ class CreateIndex(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN,
                       description="1-64 of a-z, 0-9 and '-', starting with a letter")
+    quota: Optional[QuotaConfig] = Field(None, description="its own limits; absent: the service's `serve.index_quota`")
 
 
 class CreateKey(BaseModel):
@@ -52,6 +55,8 @@ async def create_index(body: CreateIndex, who: Principal = Depends(caller), gw: 
     except IndexExists as exc:
         raise ApiError(409, "exists", str(exc)) from None
     gw.forget(body.name)
+    if body.quota is not None:
+        await asyncio.to_thread(gw.registry.set_quota, body.name, body.quota.model_dump())
     await asyncio.to_thread(indexes.create, gw.tenant(body.name, who, "admin").cfg, path)
     deadline = time.monotonic() + READY_WAIT_SHARE * gw.cfg.serve.request_timeout_s
     store = IndexStore(path)
@@ -84,8 +89,36 @@ async def get_index(name: IndexName, who: Principal = Depends(caller), gw: Gatew
         info = await asyncio.to_thread(gw.registry.info, name)
     except (StoreError, OSError):
         raise not_found(name) from None
+    quota = None if name == DEFAULT_INDEX else gw.quotas.limits(name).model_dump()
     return JSONResponse({"name": info.name, "documents": info.documents, "index_version": info.index_version,
-                         "bytes": info.bytes})
+                         "bytes": info.bytes, "quota": quota})
+
+
+@router.put("/v1/indexes/{name}/quota")
+async def set_quota(name: IndexName, body: QuotaConfig, who: Principal = Depends(caller),
+                    gw: Gateway = Depends(gateway)) -> Any:
+    """Index `name`'s own limits, replacing the service's default for it (a limit left out or null: none).
+    Every ingress replica applies them within a second."""
+    gw.access.require_admin(who)
+    await _set_quota(gw, name, body.model_dump())
+    return JSONResponse({"name": name, "quota": body.model_dump()})
+
+
+@router.delete("/v1/indexes/{name}/quota", status_code=204, response_class=Response, response_model=None)
+async def reset_quota(name: IndexName, who: Principal = Depends(caller), gw: Gateway = Depends(gateway)) -> Any:
+    """Index `name` back on the service's default limits (`serve.index_quota`)."""
+    gw.access.require_admin(who)
+    await _set_quota(gw, name, None)
+    return Response(status_code=204)
+
+
+async def _set_quota(gw: Gateway, name: str, limits: dict[str, Any] | None) -> None:
+    if name == DEFAULT_INDEX:
+        raise ApiError(422, "invalid_field", "name: the default index is the service's own and has no quota")
+    try:
+        await asyncio.to_thread(gw.registry.set_quota, name, limits)
+    except StoreError:
+        raise not_found(name) from None
 
 
 @router.delete("/v1/indexes/{name}", status_code=202)
