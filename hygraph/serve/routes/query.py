@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from hygraph.input_rules import check_nonblank_text
 from hygraph.serve.access import Principal
 from hygraph.serve.gateway import Gateway
+from hygraph.serve.openai_format import DONE, Completion, stream_error
 from hygraph.serve.http import ApiError, as_api_error, error_body
 from hygraph.serve.routes import caller, gateway, index_path, reader
 from hygraph.serve.schemas import ChatRequest, QueryRequest
@@ -25,17 +26,6 @@ router = APIRouter(tags=["questions"])
 
 def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
-
-
-def _extension(out: dict[str, Any]) -> dict[str, Any]:
-    """The `hygraph` field of a chat completion: what the answer was retrieved from."""
-    return {"mode": out["mode"], "passages": out["passages"], "index_version": out["index_version"],
-            "citations": out["context"]["citations"], "timings_ms": out["timings_ms"]}
-
-
-def _usage(out: dict[str, Any]) -> dict[str, int]:
-    prompt, completion = out["usage"]["prompt_tokens"], out["usage"]["completion_tokens"]
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def _guarded(gw: Gateway, events: AsyncIterator[bytes], endpoint: str,
@@ -109,40 +99,20 @@ async def chat(body: ChatRequest, who: Principal = Depends(caller), gw: Gateway 
                                    gw.cfg.serve.max_question_chars)
     opts = body.options()
     req = gw.request(ix, question, opts.mode, opts.top_k, opts.min_index_version, opts.filter)
-    cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-    if not body.stream:
-        out = await gw.query(req)
-        return JSONResponse({
-            "id": cid, "object": "chat.completion", "created": created, "model": body.model,
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": out["answer"]}}],
-            "usage": _usage(out), "hygraph": _extension(out)})
-
     include_usage = body.stream_options is not None and body.stream_options.include_usage
-    # As OpenAI sends it: with `stream_options.include_usage` every chunk has `usage: null` and one
-    # last chunk, `choices: []`, carries the usage.
-    usage_field = {"usage": None} if include_usage else {}
-
-    def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        obj = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": body.model,
-               "choices": choices, **usage_field, **extra}
-        return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
-
-    def choice(delta: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
-        return [{"index": 0, "delta": delta, "finish_reason": finish}]
+    completion = Completion(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model, include_usage)
+    if not body.stream:
+        return JSONResponse(completion.whole(await gw.query(req)))
 
     async def events() -> AsyncIterator[bytes]:
-        yield chunk(choice({"role": "assistant", "content": ""}))
+        yield completion.first()
         async for piece in gw.query_stream(req):
             if isinstance(piece, dict):
-                yield chunk(choice({}, "stop"), hygraph=_extension(piece))
-                if include_usage:
-                    yield chunk([], usage=_usage(piece))
+                for chunk in completion.last(piece):
+                    yield chunk
             else:
-                yield chunk(choice({"content": piece}))
-        yield b"data: [DONE]\n\n"
+                yield completion.piece(piece)
+        yield DONE
 
-    def render(err: ApiError) -> bytes:
-        return f"data: {json.dumps(error_body(err.code, err.message))}\n\ndata: [DONE]\n\n".encode()
-
-    return StreamingResponse(_guarded(gw, events(), "chat", render), media_type="text/event-stream")
+    return StreamingResponse(_guarded(gw, events(), "chat", lambda e: stream_error(error_body(e.code, e.message))),
+                             media_type="text/event-stream")
