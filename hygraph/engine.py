@@ -7,6 +7,7 @@ every mode behaves the same from the command line and over HTTP.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from hygraph.store.artifacts import DOCUMENTS
 from hygraph.store.catalog import Catalog
 from hygraph.store.versions import IndexStore, Version
 from hygraph.store.view_loader import load_view, release_freed_memory
+
+log = logging.getLogger(__name__)
 
 # Threads for the searches requests make side by side: four per request (hybrid) for a few requests.
 SEARCH_THREADS = 8
@@ -92,28 +95,41 @@ class QueryEngine:
         self._swap = threading.Lock()
         # The independent searches of one request (Search.many, Search.start) run side by side here.
         self.search_pool = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="hygraph-search")
-        self.loaded = self._load(self.store.open())
+        # Names the version served, so that garbage collection on any node spares it (store/lease.py).
+        self.reader = self.store.reader_lease()
+        self.loaded = self._load(self.store.current_version())
         self.embedder = embedder or make_embedder(cfg.embedder, questions=True)
         self.llm = llm or make_llm(cfg.llm, cache_dir=str(self.store.local_dir / "llm_cache"))
         self._settings = cfg.retrieval.model_dump()  # what the modes read of the config, by name
 
-    def _load(self, version: Version) -> Loaded:
+    def _load(self, number: int | None) -> Loaded:
+        """Version `number` (None: the index has none yet, an InputError saying so), held by this reader's
+        lease before anything of it is read."""
+        if number is not None:
+            self.reader.hold(number)
+        version = self.store.open(number)
         collections = version.manifest.collections
         for name in collections.values():
             self.vectors.open(name)
         return Loaded(load_view(version), collections, version, Catalog(version))
 
     def refresh(self) -> bool:
-        """Swap to the version `CURRENT` names when it is newer; requests already running keep theirs.
+        """Swap to the version `CURRENT` names when it is newer, or when this reader's lease lapsed (it stalled:
+        its version may be gone); requests already running keep theirs.
 
         Each request reads `self.loaded` once, so a swap between two of its searches cannot
         mix versions.
         """
         with self._swap:
             current = self.store.current_version()
-            if current is None or current <= self.loaded.view.version:
+            lapsed = self.reader.lapsed
+            if current is None or (current <= self.loaded.view.version and not lapsed):
                 return False
-            self.loaded = self._load(self.store.open(current))
+            if lapsed:
+                log.warning("%s: this reader's lease on version %d lapsed (it stalled past store.lease_s, so garbage "
+                            "collection may have removed that version): loading version %d", self.store.uri,
+                            self.loaded.view.version, current)
+            self.loaded = self._load(current)
         # The old version's structures go when the last request holding them ends; what is freed by now goes back.
         release_freed_memory()
         return True
@@ -133,6 +149,7 @@ class QueryEngine:
 
     def close(self) -> None:
         self.search_pool.shutdown(wait=False, cancel_futures=True)
+        self.reader.release()
         self.vectors.close()
 
     @property

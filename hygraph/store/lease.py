@@ -1,4 +1,5 @@
-"""The writer lease of an index: one writer at a time, across processes and machines, with no lock service.
+"""The leases of an index: one writer at a time, and the versions readers serve, across processes and machines,
+with no lock service.
 
 The lease is a numbered series of objects `leases/writer/<epoch>.json`, each `{"holder", "expires",
 "version"}`. The newest epoch is the lease. Taking it means writing epoch E+1 with `put_if_absent` once epoch
@@ -8,6 +9,12 @@ process), and
 records the version it is writing, so that the next holder numbers its version past it and garbage
 collection spares that version's files. Before publishing, the holder checks that no newer epoch exists
 (fencing): a holder that stalled past its term and was taken over gets a StoreError instead of publishing.
+
+Readers hold leases too: each process serving a version of the index keeps `leases/readers/<holder>.json`,
+`{"holder", "expires", "version"}`, renewed by the same thread, naming the version it serves. Garbage
+collection removes no version a live reader lease names (`IndexStore.gc`), so a replica on another node never
+finds its version's objects gone; a reader that stalled past its term has lost that promise, and says so
+(`ReaderLease.lapsed`) so that it reloads the current version before it reads again.
 
 `expires` is the holder's wall clock: the machines of one index must keep their clocks within a small
 fraction of the term (NTP does); a contender never takes a lease before its expiry on its own clock.
@@ -31,6 +38,7 @@ from hygraph.store.objects import Objects
 log = logging.getLogger(__name__)
 
 PREFIX = "leases/writer/"
+READERS = "leases/readers/"
 DEFAULT_TERM_S = 30.0
 
 
@@ -78,7 +86,7 @@ class WriterLease:
 
     def __init__(self, objects: Objects, term_s: float = DEFAULT_TERM_S) -> None:
         self.objects, self.term_s = objects, term_s
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.holder = _holder()
         self.epoch: int | None = None
         self.version = 0
         self.renewed = 0.0  # time.monotonic() of the last write
@@ -132,23 +140,97 @@ class WriterLease:
                 self.epoch = None
 
 
+def _holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class ReaderLease:
+    """A reader's promise from garbage collection: `hold(version)` while serving it, `release` when done."""
+
+    def __init__(self, objects: Objects, term_s: float = DEFAULT_TERM_S) -> None:
+        self.objects, self.term_s = objects, term_s
+        self.holder = _holder()
+        self.key = f"{READERS}{self.holder.replace(':', '-')}.json"
+        self.version: int | None = None
+        self.expires = 0.0  # wall clock of the last record written
+        self.renewed = 0.0  # time.monotonic() of the last write
+        self._lapsed = False
+        self._put = threading.Lock()
+
+    def hold(self, version: int) -> None:
+        """Name `version` as the one this reader serves (before it reads it, so GC spares it from now on)."""
+        with self._put:
+            self.version, self._lapsed = version, False
+            self._write_locked()
+        _RENEWER.add(self)
+
+    def _write_locked(self) -> None:
+        now = time.time()
+        record = LeaseRecord(self.holder, now + self.term_s, self.version or 0)
+        self.objects.put(self.key, json.dumps(asdict(record)).encode(), durable=False)
+        self.expires, self.renewed = record.expires, time.monotonic()
+
+    def renew(self) -> None:
+        with self._put:
+            if self.version is None or self._lapsed:
+                return
+            if time.time() > self.expires:
+                # Renewing now would revive a promise GC may already have acted on: the reader reloads instead.
+                self._lapsed = True
+                return
+            self._write_locked()
+
+    @property
+    def lapsed(self) -> bool:
+        """Whether the term ran out before a renewal: GC may since have removed what the version named, so
+        the reader must `hold` the current version (and load it) before it reads again."""
+        return self.version is not None and (self._lapsed or time.time() > self.expires)
+
+    def release(self) -> None:
+        _RENEWER.remove(self)
+        with self._put:
+            if self.version is not None:
+                self.version = None
+                self.objects.delete(self.key)
+
+
+def served_versions(objects: Objects, now: float | None = None) -> set[int]:
+    """The versions live reader leases name; the records of lapsed ones are removed (their readers reload
+    before reading again, and write a new record when they do)."""
+    now = time.time() if now is None else now
+    served: set[int] = set()
+    for key in objects.list(READERS):
+        data = objects.get(key)
+        if data is None:
+            continue
+        try:
+            record = LeaseRecord(**json.loads(data))
+        except (ValueError, TypeError):
+            raise StoreError(f"{objects.uri}/{key}: not a lease record") from None
+        if record.live(now):
+            served.add(record.version)
+        else:
+            objects.delete(key)
+    return served
+
+
 class _Renewer:
     """One thread per process renews every lease it holds, each every third of its term (a thread per
     lease would cost its start and join on every small update)."""
 
     def __init__(self) -> None:
-        self._held: set[WriterLease] = set()
+        self._held: set[WriterLease | ReaderLease] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def add(self, held: WriterLease) -> None:
+    def add(self, held: WriterLease | ReaderLease) -> None:
         with self._lock:
             self._held.add(held)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="hygraph-lease", daemon=True)
                 self._thread.start()
 
-    def remove(self, held: WriterLease) -> None:
+    def remove(self, held: WriterLease | ReaderLease) -> None:
         with self._lock:
             self._held.discard(held)
 
@@ -160,8 +242,9 @@ class _Renewer:
             for held in due:
                 try:
                     held.renew()
-                except StoreError as exc:  # the next round retries; publishing checks the lease anyway
-                    log.warning("renewing the writer lease of %s failed: %s", held.objects.uri, exc)
+                except StoreError as exc:  # the next round retries; a writer checks its lease before publishing,
+                    # a reader its term before reading
+                    log.warning("renewing a lease of %s failed: %s", held.objects.uri, exc)
             time.sleep(min(wait, 1.0))
 
 

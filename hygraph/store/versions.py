@@ -7,6 +7,7 @@ object of `store/objects.py`, and nothing else opens them. Layout (keys under th
 - `versions/NNNNNN.json`: a version's manifest, naming the segments of each artifact;
 - `CURRENT`: the version readers load;
 - `leases/writer/<epoch>.json`: the writer lease (`store/lease.py`): one writer at a time;
+- `leases/readers/<holder>.json`: the version each reader serves; garbage collection spares those versions;
 - `collections/NNNNNN.json`: the vector collections version N's writer creates, recorded before it creates
   them; once N is published its manifest names them, and if N never is (its writer died), garbage
   collection hands them to the caller to drop.
@@ -47,7 +48,7 @@ import pyarrow as pa
 from hygraph.errors import InputError, StoreError
 from hygraph.store import derived, lease
 from hygraph.store.artifacts import ARTIFACTS, Artifact, RowT
-from hygraph.store.lease import LeaseRecord, WriterLease
+from hygraph.store.lease import LeaseRecord, ReaderLease, WriterLease
 from hygraph.store.manifest import Manifest, TableRef
 from hygraph.store.objects import DEFAULT_CACHE_BYTES, Objects, open_objects
 from hygraph.store.segment import DELETED, Source, key_hash, segment_files, write_segment
@@ -196,6 +197,10 @@ class IndexStore:
         except (ValueError, KeyError, TypeError):
             raise StoreError(f"{self.uri}/index.json: not an index identity") from None
 
+    def reader_lease(self) -> ReaderLease:
+        """A reader's lease on the version it serves (`hold` it before reading that version)."""
+        return ReaderLease(self.objects, self.lease_s)
+
     @property
     def local_dir(self) -> Path:
         """This node's directory for the index: build checkpoints, derived structures, the LLM cache."""
@@ -320,19 +325,21 @@ class IndexStore:
         return names
 
     def gc(self, keep: int, grace_s: float) -> GcResult:
-        """Remove versions older than the newest `keep` and older than `grace_s` (CURRENT always stays),
-        then every segment no remaining version names and the lease's holder is not writing.
+        """Remove versions older than the newest `keep` and older than `grace_s` that no live reader lease
+        names (CURRENT always stays), then every segment no remaining version names and the lease's holder
+        is not writing.
 
         Segments and records are listed before the lease is read, and versions after: a writer that took the
-        lease after that read writes only files the listing did not see. A reader keeps the segments it
-        mapped even when their files go (on S3, its cached copies); the grace period covers a reader that
-        resolved CURRENT just before it moved and has not mapped its segments yet.
+        lease after that read writes only files the listing did not see. A reader names its version in its
+        lease before it reads it; the grace period covers a reader that resolved CURRENT just before it moved
+        and has not written its lease yet.
         """
         segment_keys = self.objects.list("segments/")
         records = self._records()
         epochs = lease.epochs(self.objects)
         holder = lease.newest(self.objects)[1]
         live = holder is not None and holder.live()
+        served = lease.served_versions(self.objects)
         current = self.current_version()
         before = self.versions()
 
@@ -344,7 +351,7 @@ class IndexStore:
         named: set[str] = set()
         for v in before[:-keep] if keep > 0 else before:
             manifest = self.manifest(v)
-            if v == current or now - manifest.created < grace_s:
+            if v == current or v in served or now - manifest.created < grace_s:
                 continue
             named.update(manifest.collections.values())
             self.objects.delete(_manifest_key(v))

@@ -134,6 +134,38 @@ def test_an_index_on_the_store_commits_reads_and_collects(uri):
     assert again.size_bytes() > 0 and sorted(again.open().table(DOCUMENTS).ids()) == ["b", "c"]
 
 
+def test_gc_never_removes_a_version_a_live_reader_lease_names(uri):
+    """Issue 30 item 4: version 1 is served by a reader (on another node, say) while versions 2 and 3 are
+    published; GC with keep=1 and no grace keeps version 1 and its segment while that lease lives, and removes
+    them once it lapsed; the lapsed reader knows, and holds the current version before it reads again."""
+    store = IndexStore(uri, create=True, lease_s=2.0)
+    with store.begin() as w:
+        w.replace(DOCUMENTS, _docs("a"), DIMS)
+        w.commit(Manifest(dims=DIMS))
+    reader = IndexStore(uri, lease_s=2.0).reader_lease()
+    reader.hold(1)
+    for ids in (("b",), ("c",)):  # full replacements: version 1's segment is named by version 1 alone
+        with store.begin() as w:
+            w.replace(DOCUMENTS, _docs(*ids), DIMS)
+            w.commit(Manifest(dims=DIMS))
+    assert store.gc(keep=1, grace_s=0.0).versions == [2] and store.versions() == [1, 3]
+    assert store.open(1).table(DOCUMENTS).value("a", "title") == "title a"
+    assert lease.served_versions(store.objects) == {1} and not reader.lapsed
+    time.sleep(2.5)  # past the term and more than one renewal: the renewer kept it alive
+    assert lease.served_versions(store.objects) == {1} and not reader.lapsed
+    with reader._put:  # a reader that stalls (a long GC pause, a frozen node) past its term
+        time.sleep(2.2)
+    assert reader.lapsed
+    reader.renew()  # a renewal after the term does not revive it
+    assert reader.lapsed and lease.served_versions(store.objects) == set()
+    result = store.gc(keep=1, grace_s=0.0)
+    assert result.versions == [1] and result.segment_files >= 1 and store.versions() == [3]
+    reader.hold(store.current_version())
+    assert not reader.lapsed and lease.served_versions(store.objects) == {3}
+    reader.release()
+    assert lease.served_versions(store.objects) == set()
+
+
 def test_of_two_writers_of_one_version_only_one_publishes(uri):
     store = IndexStore(uri, create=True)
     with pytest.raises(StoreError, match="published by another writer"):
