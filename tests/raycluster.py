@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import psutil
 
+REPO = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_PORT = 26379  # inside the private network namespace: no other process can hold it
 NODE_MANAGER_PORT = 27000  # worker node i's raylet listens on NODE_MANAGER_PORT + i (found by it)
@@ -135,6 +136,16 @@ class RayCluster:
         return subprocess.run(self.command(argv), env=self.env(env), capture_output=True, text=True,
                               timeout=timeout, **kw)
 
+    @staticmethod
+    def kill(proc: subprocess.Popen) -> None:
+        """SIGKILL the command a `popen` started (nsenter's child: nsenter passes no SIGKILL on)."""
+        try:
+            for child in psutil.Process(proc.pid).children():
+                child.kill()
+        except psutil.NoSuchProcess:
+            pass
+        proc.wait(60)
+
     # ------------------------------------------------------------------ nodes
 
     def nodes(self) -> list[dict[str, Any]]:
@@ -161,6 +172,17 @@ class RayCluster:
     def worker_node_id(self, i: int) -> str:
         return self._raylet_arg(self._raylet(i), "--node_id")
 
+    def worker_processes(self, i: int) -> list[str]:
+        """The command lines (Ray's process titles, e.g. `ray::MapWorker(MapBatches(EmbedStage))`) of the
+        processes worker node i's raylet runs."""
+        out = []
+        for p in self._raylet(i).children(recursive=True):
+            try:
+                out.append(" ".join(p.cmdline()))
+            except psutil.NoSuchProcess:
+                continue
+        return out
+
     def kill_worker(self, i: int) -> str:
         """SIGKILL worker node i's raylet (its workers and agents die with it); the node id Ray loses."""
         raylet = self._raylet(i)
@@ -182,7 +204,10 @@ class RayCluster:
         return children[0].pid if children else None
 
     def _ray(self, *args: str, exe: bool = False) -> None:
-        out = self.run(list(args) if exe else [RAY, *args], timeout=self.start_timeout_s)
+        # A node's workers inherit its environment: this checkout first on their path, as on the driver's.
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        out = self.run(list(args) if exe else [RAY, *args], env={**os.environ, "PYTHONPATH": path},
+                       timeout=self.start_timeout_s)
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(args[:2])} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
 
