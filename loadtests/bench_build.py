@@ -212,7 +212,7 @@ def main() -> None:
     p.add_argument("--corpus", help="build this corpus file instead of the composed ones (one size: all of it)")
     p.add_argument("--embedder", default="m2v", help="m2v (distilled from the bundled MiniLM), bundled, or a path")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--cpus-per-worker", type=float, default=1.0)
+    p.add_argument("--cpus-per-worker", type=int, default=1)
     p.add_argument("--embed-cpus", type=float, default=0.6,
                    help="embedder.num_cpus: with the extraction actor (0.25) and chunk tasks (0.1) below a node's CPUs")
     p.add_argument("--object-store-mb", type=int, default=2048, help="each node's object store")
@@ -234,7 +234,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M %Z"), "command": " ".join(["python", *sys.argv]),
         "machine": f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
                    f"{psutil.virtual_memory().total / 2**30:.0f} GiB",
-        "cluster": f"head (0 CPUs) + {args.workers} worker nodes of {args.cpus_per_worker:g} CPU on one machine",
+        "cluster": f"head (0 CPUs) + {args.workers} worker nodes of {args.cpus_per_worker} CPU on one machine",
         "embedder_note": ("model2vec static model distilled from the bundled all-MiniLM-L6-v2"
                           if args.embedder == "m2v" else f"embedder {args.embedder}"),
         "note": "Measured on a shared, loaded machine: the load average of each build is given; "

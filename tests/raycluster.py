@@ -57,7 +57,7 @@ def _die_with_parent() -> None:
 class RayCluster:
     """A head with 0 CPUs and `workers` nodes of `cpus_per_worker` CPUs each, in private namespaces."""
 
-    def __init__(self, workers: int = 2, cpus_per_worker: float = 1, object_store_mb: int = 300,
+    def __init__(self, workers: int = 2, cpus_per_worker: int = 1, object_store_mb: int = 300,
                  start_timeout_s: float = 240) -> None:
         self.workers, self.cpus, self.object_store_mb = workers, cpus_per_worker, object_store_mb
         self.start_timeout_s = start_timeout_s
