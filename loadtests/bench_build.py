@@ -26,6 +26,7 @@ import math
 import os
 import platform
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,13 +71,15 @@ def build(cluster: RayCluster, corpus: Path, index_dir: Path, env: dict[str, str
     """One `hygraph index` on the cluster; its JSON result plus the snapshot's bytes and the load average."""
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    out = cluster.run([sys.executable, "-m", "hygraph.cli", "index", "--corpus", str(corpus), "--index-dir",
-                       str(index_dir), "--restart"], env=env, cwd=REPO, timeout=None)
+    with log.open("w") as err:  # the build's progress, as it goes
+        proc = cluster.popen([sys.executable, "-m", "hygraph.cli", "index", "--corpus", str(corpus), "--index-dir",
+                              str(index_dir), "--restart"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=err,
+                             text=True)
+        stdout, _ = proc.communicate()
     wall = time.perf_counter() - t0
-    log.write_text(out.stderr)
-    if out.returncode != 0:
-        raise RuntimeError(f"hygraph index failed ({out.returncode}); log in {log}:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if proc.returncode != 0:
+        raise RuntimeError(f"hygraph index failed ({proc.returncode}); log in {log}:\n{log.read_text()[-3000:]}")
+    result = json.loads(stdout.strip().splitlines()[-1])
     result["wall_s"] = round(wall, 1)
     result["snapshot_bytes"] = IndexStore(index_dir).size_bytes()
     result["load_average_1m"] = [round(load, 1), round(os.getloadavg()[0], 1)]

@@ -22,7 +22,8 @@ PASSAGES = 16
 RAY_STAGES = ("chunk+embed+extract", "embed entities, relations, hyperedges", "hierarchy")
 COUNTS = ("documents", "chunks", "entities", "relations", "hyperedges", "summaries", "layers")
 # On a 1-CPU node one embedding actor (0.6 CPU), the extraction actor (0.25) and the chunk tasks (0.1) fit
-# together: the two embedding actors (embedder.pool_size 2) land one on each node. (Ray 2.60 stalls an actor
+# together: the two embedding actors (embedder.pool_size 2) land one on each node, and so do the hierarchy's
+# two encoder actors. (Ray 2.60 stalls an actor
 # pool whose CPUs reach a node's.) The writer lease is taken over 3 s after a killed driver.
 BUILD_ENV = {"HYGRAPH__EMBEDDER__NUM_CPUS": "0.6", "HYGRAPH__STORE__LEASE_S": "3"}
 
@@ -70,10 +71,12 @@ def test_a_multinode_build_survives_a_node_death_and_resumes_after_a_driver_kill
     assert set(RAY_STAGES) <= set(placed)
     for stage in RAY_STAGES:
         assert placed[stage] and placed[stage] <= workers, stage
-    # The two embedding actors, one per node (see BUILD_ENV), embed the chunks on both workers.
-    assert placed["chunk+embed+extract"] == workers
-    assert set(whole["stats"]["worker_peak_rss_bytes_per_node"]) == set(whole["stats"]["nodes_per_stage"][
-        "chunk+embed+extract"])
+    # The hierarchy's two encoder actors sit one per node (0.6 CPU each on 1-CPU nodes) and both report: both
+    # workers ran it. (The Ray Data stages use both when their input spans several bundles: 16 passages and
+    # their 400-odd knowledge texts are one bundle each, so which workers ran them is printed, not asserted.)
+    assert placed["hierarchy"] == workers
+    assert set(whole["stats"]["worker_peak_rss_bytes_per_node"]) == {
+        n for nodes in whole["stats"]["nodes_per_stage"].values() for n in nodes}
 
     # Worker node 1 dies while its embedding actor runs; a new node joins (as an autoscaler replaces one).
     index_dir = tmp_path / "killed"
