@@ -129,6 +129,9 @@ def cluster_needed(ext: dict[str, Any], workers: int) -> dict[str, str]:
     scale linearly) and driver stages (which they do not)."""
     out = {}
     for t in map(str, TARGETS):
+        if ext["s: total"][t] is None:
+            out[t] = "no fit: it needs two sizes or more"
+            continue
         ray_s = sum(v[t] or 0.0 for k, v in ext.items() if k.startswith("s: ") and k[3:] in RAY_STAGES)
         total = ext["s: total"][t] or 0.0
         driver_s = max(total - ray_s, 0.0)
@@ -256,8 +259,8 @@ def main() -> None:
             named = {s: sorted(names.get(node.split("/")[-1], node) for node in nodes)
                      for s, nodes in r["stats"]["nodes_per_stage"].items()}
             r["nodes_named"] = named
-            r["rss_per_node_named"] = {names.get(node.split("/")[-1], node): b
-                                       for node, b in r["stats"]["worker_peak_rss_bytes_per_node"].items()}
+            r["rss_per_node_named"] = dict(sorted((names.get(node.split("/")[-1], node), b)
+                                                  for node, b in r["stats"]["worker_peak_rss_bytes_per_node"].items()))
             res["sizes"].append(r)
             res["extrapolation"] = extrapolate(res["sizes"])
             res["cluster_needed"] = cluster_needed(res["extrapolation"], args.workers)
