@@ -28,7 +28,6 @@ import json
 import math
 import os
 import platform
-import re
 import sys
 import time
 from collections import Counter
@@ -48,10 +47,9 @@ from hygraph.core import graph, hyperbolic  # noqa: E402
 from hygraph.indexing.stages.knowledge import merge_extractions  # noqa: E402
 from hygraph.model import Chunk  # noqa: E402
 from loadtests.bench_scale import passage_pool, real_passages  # noqa: E402
-from loadtests.common import say  # noqa: E402
+from loadtests.common import CAPITALISED, copy_suffix, say  # noqa: E402
 
 TAG = "bench_edges"
-_CAPITALISED = re.compile(r"\b[A-Z][\w'’-]*")
 
 
 def baseline(root: Path, name: str) -> ModuleType:
@@ -62,15 +60,6 @@ def baseline(root: Path, name: str) -> ModuleType:
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
-
-
-def _suffix(copy: int) -> str:
-    """'', then a letters-only tag per copy (digits would change what the term rules see)."""
-    out = ""
-    while copy:
-        copy, r = divmod(copy, 26)
-        out += chr(ord("a") + r)
-    return out and "q" + out
 
 
 def _terms_and_entities(texts: list[str], titles: list[str]) -> tuple[list[set[str]], list[set[str]]]:
@@ -105,7 +94,7 @@ class Renamed:
 
     def __init__(self) -> None:
         passages = real_passages()
-        self.caps = [{w.lower() for w in _CAPITALISED.findall(f"{p['title']} {p['text']}")} for p in passages]
+        self.caps = [{w.lower() for w in CAPITALISED.findall(f"{p['title']} {p['text']}")} for p in passages]
         self.terms, self.entities = _terms_and_entities([p["text"] for p in passages],
                                                         [p["title"] for p in passages])
 
@@ -126,7 +115,7 @@ class Renamed:
     def _rename(ids: set[str], caps: set[str], copy: int) -> set[str]:
         if not copy:
             return ids
-        tag = _suffix(copy)
+        tag = copy_suffix(copy)
         return {" ".join(w + tag if w in caps else w for w in t.split(" ")) for t in ids}
 
 

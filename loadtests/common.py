@@ -38,6 +38,25 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 _RAY_SESSION = re.compile(r"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_\d+")
 
 
+# A capitalised word: what the renamed corpora (bench_edges, bench_build) give a suffix per copy.
+CAPITALISED = re.compile(r"\b[A-Z][\w'’-]*")
+
+
+def copy_suffix(copy: int) -> str:
+    """'', then a letters-only tag per copy (digits would change what the term rules see)."""
+    out = ""
+    while copy:
+        copy, r = divmod(copy, 26)
+        out += chr(ord("a") + r)
+    return out and "q" + out
+
+
+def rename_capitalised(text: str, copy: int) -> str:
+    """`text` with copy `copy`'s suffix on every capitalised word (copy 0: unchanged)."""
+    tag = copy_suffix(copy)
+    return CAPITALISED.sub(lambda m: m.group(0) + tag, text) if tag else text
+
+
 def say(tag: str, message: str) -> None:
     print(f"[{tag}] {message}", file=sys.stderr, flush=True)
 

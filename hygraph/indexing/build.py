@@ -145,6 +145,7 @@ def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWrit
             "worker_peak_rss_bytes": max(stages.worker_rss.values(), default=0),
             "worker_peak_rss_bytes_per_stage": stages.worker_rss,
             "nodes_per_stage": {s: sorted(n) for s, n in stages.worker_nodes.items()},
+            "worker_peak_rss_bytes_per_node": dict(sorted(stages.node_rss.items())),
             "bytes_written": segment_bytes, "checkpoint_bytes_written": stages.bytes_written + ckpt.bytes_written,
             "vectors_written": writer.vectors_written,
             "vectors_per_s": round(writer.vectors_written / writer.seconds, 1) if writer.seconds > 0 else 0.0}

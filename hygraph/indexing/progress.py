@@ -59,9 +59,11 @@ class Stages:
     def __init__(self, prefix: str = "index") -> None:
         self.prefix = prefix
         self.seconds: dict[str, float] = {}
-        # Ray workers that ran a stage's work: their largest peak RSS (bytes) and their nodes' IPs.
+        # Ray workers that ran a stage's work: their largest peak RSS (bytes) and their nodes; and the largest
+        # peak RSS of a worker per node.
         self.worker_rss: dict[str, int] = {}
         self.worker_nodes: dict[str, set[str]] = {}
+        self.node_rss: dict[str, int] = {}
         self.bytes_written = 0  # intermediate files (a build's checkpoint)
         self._open: list[str] = []
         self._t0 = time.perf_counter()
@@ -79,10 +81,12 @@ class Stages:
             self.note(f"{name} done in {self.seconds[name]:.1f}s")
 
     def worker(self, rss_bytes: int, nodes: set[str]) -> None:
-        """A Ray worker of the innermost open stage reported its peak RSS and node."""
+        """A Ray worker of the innermost open stage reported its peak RSS and node (`ingest.worker_report`)."""
         name = self._open[-1] if self._open else "other"
         self.worker_rss[name] = max(self.worker_rss.get(name, 0), rss_bytes)
         self.worker_nodes.setdefault(name, set()).update(nodes)
+        for node in nodes:
+            self.node_rss[node] = max(self.node_rss.get(node, 0), rss_bytes)
 
     def note(self, message: str) -> None:
         print(f"[{self.prefix}] {message}", file=sys.stderr, flush=True)

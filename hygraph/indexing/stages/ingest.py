@@ -35,10 +35,12 @@ WORKER_RSS, WORKER_NODE = "worker_rss_", "worker_node_"
 
 
 def worker_report() -> tuple[int, str]:
-    """This process's peak RSS in bytes (ru_maxrss is in KiB on Linux) and its Ray node's IP."""
+    """This process's peak RSS in bytes (ru_maxrss is in KiB on Linux) and its Ray node: "<IP>/<node id>"
+    (the id's first 8 hex digits; nodes of one machine share an IP)."""
     import ray
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, ray.util.get_node_ip_address()
+    node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, node
 
 
 def _report(batch: dict[str, Any], step: str, n: int) -> None:
@@ -302,7 +304,7 @@ class Encoder:
         return np.vstack(self._ray.get(refs))
 
     def reports(self) -> list[tuple[int, str]]:
-        """Each actor's peak RSS (bytes) and node IP."""
+        """Each actor's peak RSS (bytes) and node (`worker_report`)."""
         return self._ray.get([a.report.remote() for a in self.actors])
 
     def close(self) -> None:
