@@ -131,7 +131,7 @@ def cmd_eval(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_insert(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
-    from hygraph.cluster.client import submit
+    from hygraph.updater.client import submit
     from hygraph.model import load_corpus
 
     docs = load_corpus(args.corpus)
@@ -140,7 +140,7 @@ def cmd_insert(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_delete(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
-    from hygraph.cluster.client import submit
+    from hygraph.updater.client import submit
 
     ids = [i.strip() for i in args.ids.split(",") if i.strip()]
     if not ids:

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from hygraph.cluster.publisher import IndexUpdater
+from hygraph.updater.publisher import IndexUpdater
 from hygraph.config import load_config
 from hygraph.engine import QueryEngine
 from hygraph.model import load_questions

@@ -141,7 +141,7 @@ def memory(pid: int | None = None) -> dict[str, float]:
 
 def role_updates(index_dir: str, docs: str) -> dict[str, Any]:
     """Single-document inserts (served step, then the deferred summaries), then deletes of the same documents."""
-    from hygraph.cluster.publisher import IndexUpdater
+    from hygraph.updater.publisher import IndexUpdater
     from hygraph.store.journal import Journal
 
     cfg = load_config(None)

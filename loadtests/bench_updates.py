@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from hygraph.cluster.publisher import IndexUpdater
+from hygraph.updater.publisher import IndexUpdater
 from hygraph.config import load_config
 from hygraph.eval.runner import run_eval
 from hygraph.indexing.build import build_index

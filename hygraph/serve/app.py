@@ -76,8 +76,8 @@ def llm_app(cfg: HygraphConfig) -> Application | None:
 
 def app_builder(args: dict[str, Any]) -> Application:
     """Serve's application builder: `args` = {"config": YAML path or null, "index_dir": path}."""
-    from hygraph.cluster import indexes
-    from hygraph.cluster.actor import start_updater
+    from hygraph.updater import indexes
+    from hygraph.updater.actor import start_updater
     from hygraph.store.registry import IndexRegistry
 
     cfg = load_config(args.get("config"))

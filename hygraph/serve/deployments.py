@@ -29,7 +29,7 @@ from ray import serve
 
 from hygraph.backends.embedder import make_embedder
 from hygraph.backends.llm import make_llm
-from hygraph.cluster.names import updater_name
+from hygraph.updater.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
 from hygraph.errors import IndexNotReady, InputError

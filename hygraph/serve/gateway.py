@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator
 
 from ray.serve.handle import DeploymentHandle
 
-from hygraph.cluster.jobs import job_status
+from hygraph.updater.jobs import job_status
 from hygraph.config import HygraphConfig
 from hygraph.pipeline import QueryRequest, QueryResult, Retrieval, needs_question_vector
 from hygraph.serve.access import Access, Need, Principal, denied, not_found
@@ -186,12 +186,12 @@ class Gateway:
 
     async def ensure_updater(self, tenant: Tenant) -> None:
         """After a write is journaled: a named index's updater runs and looks at its journal (started when
-        absent or stopping after an idle spell, cluster/actor.py); whatever is pending when it starts, it applies."""
+        absent or stopping after an idle spell, updater/actor.py); whatever is pending when it starts, it applies."""
         if tenant.name == DEFAULT_INDEX:
             return
         from ray.exceptions import RayActorError
 
-        from hygraph.cluster.actor import start_updater
+        from hygraph.updater.actor import start_updater
 
         deadline = time.monotonic() + UPDATER_START_S
         while True:

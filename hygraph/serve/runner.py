@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 from hygraph.backends import vectorstore
 from hygraph.runtime import ensure_port_free, init_ray
-from hygraph.cluster import indexes
-from hygraph.cluster.actor import start_updater, stop_updater
+from hygraph.updater import indexes
+from hygraph.updater.actor import start_updater, stop_updater
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
 from hygraph.indexing.build import ensure_demo_index

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hygraph.cluster.names import updater_name
+from hygraph.updater.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.store.journal import Journal
 from hygraph.store.versions import IndexStore

@@ -73,7 +73,7 @@ def test_serving_waits_for_the_first_build_then_serves_it(hotpot_subset, tmp_pat
             time.sleep(1)
         assert out["passages"][0]["id"] == doc["id"]
     finally:
-        from hygraph.cluster.actor import stop_updater
+        from hygraph.updater.actor import stop_updater
 
         stop_updater(index_dir)
         serve.shutdown()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from hygraph.cluster.publisher import IndexUpdater
+from hygraph.updater.publisher import IndexUpdater
 from hygraph.config import load_config
 from hygraph.engine import QueryEngine
 from hygraph.indexing.stages import ingest

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hygraph.cluster.jobs import summaries_pending
-from hygraph.cluster.publisher import IndexUpdater
+from hygraph.updater.jobs import summaries_pending
+from hygraph.updater.publisher import IndexUpdater
 from hygraph.config import load_config
 from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.core.hyperbolic import from_storage, init_from_text, poincare_distance

@@ -449,7 +449,7 @@ def test_podmonitor_scrapes_every_ray_pod(target):
 
 def _exported_metrics() -> tuple[set[str], set[str]]:
     """(all names, histogram names) that the serving and updater metrics create."""
-    src = "\n".join((ROOT / "hygraph" / path).read_text() for path in ("serve/metrics.py", "cluster/actor.py"))
+    src = "\n".join((ROOT / "hygraph" / path).read_text() for path in ("serve/metrics.py", "updater/actor.py"))
     names = set(re.findall(r'\.(?:Histogram|Counter|Gauge)\(\s*"(hygraph_\w+)"', src))
     hist = set(re.findall(r'\.Histogram\(\s*"(hygraph_\w+)"', src))
     assert {"hygraph_query_latency_ms", "hygraph_requests_total", "hygraph_ingest_lag_seconds"} <= names

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from hygraph.cluster import indexes
+from hygraph.updater import indexes
 from hygraph.config import QuotaConfig
 from hygraph.errors import StoreError
 from hygraph.serve.access import Principal, denied, not_found

@@ -1,6 +1,6 @@
 """The OnlineUpdater: the named, detached Ray actor around the publisher that `hygraph serve` starts.
 
-It polls the journal every `updates.poll_s` and applies what is pending (cluster/publisher.py),
+It polls the journal every `updates.poll_s` and applies what is pending (updater/publisher.py),
 then, journal first: deferred summaries, a finished or due hyperbolic recalibration, HyperRAG
 L_inc steps for observed queries, and compaction when nothing else is waiting. An updater file
 lock keeps a second writer (another actor, a CLI insert) out.
@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hygraph.cluster.names import updater_name
+from hygraph.updater.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.errors import IndexNotReady, StoreUnavailable
 from hygraph.store.journal import bounded_error
 from hygraph.store.versions import IndexStore
 
 if TYPE_CHECKING:  # the update path (models, torch) is imported in the actor, not where it is started
-    from hygraph.cluster.publisher import IndexUpdater
+    from hygraph.updater.publisher import IndexUpdater
 
 log = logging.getLogger("hygraph.updater")
 
@@ -145,7 +145,7 @@ class OnlineUpdater:
 
                 log.info("index %s: writing its empty first version", self.index_dir)
                 create_empty_index(self.cfg, self.index_dir)
-            from hygraph.cluster.publisher import IndexUpdater
+            from hygraph.updater.publisher import IndexUpdater
 
             self.updater = IndexUpdater(self.cfg, self.index_dir)
         defer = self.cfg.updates.defer_summaries_s > 0

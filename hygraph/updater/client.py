@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hygraph.cluster.jobs import summaries_pending, totals
-from hygraph.cluster.publisher import IndexUpdater, UpdaterBusy
+from hygraph.updater.jobs import summaries_pending, totals
+from hygraph.updater.publisher import IndexUpdater, UpdaterBusy
 from hygraph.config import HygraphConfig
 from hygraph.errors import StoreError
 from hygraph.store.journal import Job, Journal

@@ -1,4 +1,4 @@
-"""Names of the cluster's actors, in a module of their own: a Serve replica that looks an actor up
+"""Names of the updater's actors, in a module of their own: a Serve replica that looks an actor up
 imports this and not the actor's module (which brings the whole update path: indexing, torch)."""
 
 from __future__ import annotations

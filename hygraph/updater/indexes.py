@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hygraph.cluster.actor import start_updater, stop_updater
+from hygraph.updater.actor import start_updater, stop_updater
 from hygraph.config import HygraphConfig
 from hygraph.store.journal import Journal
 from hygraph.store.registry import IndexRegistry
