@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from hygraph.config import EmbedderConfig, HygraphConfig, LLMConfig
+from hygraph.core.chunking import token_windows
 from hygraph.indexing.chunker import chunk_documents
 from hygraph.indexing.progress import Stages
 from hygraph.model import Chunk, Document, Extraction
@@ -156,7 +157,7 @@ def build(cfg: HygraphConfig, docs: list[Document], stages: Stages, extract: boo
                                 fn_kwargs={"model": emb.model, "size": cfg.chunking.size_tokens,
                                            "overlap": cfg.chunking.overlap_tokens})
             ds = ds.map_batches(EmbedStage, batch_size=cfg.indexing.batch_size,
-                                compute=ray.data.ActorPoolStrategy(size=emb.pool_size),
+                                compute=ray.data.ActorPoolStrategy(size=embed_actors(cfg, todo)),
                                 num_cpus=emb.num_cpus, num_gpus=emb.num_gpus or None,
                                 fn_constructor_kwargs={"embedder": emb.model_dump(), "threads": emb.num_cpus})
             if extract:
@@ -175,6 +176,15 @@ def build(cfg: HygraphConfig, docs: list[Document], stages: Stages, extract: boo
                 seen |= new
                 bar.update(len(new))
         return read_shards(shard_dir, docs, extract)
+
+
+def embed_actors(cfg: HygraphConfig, docs: Sequence[Document]) -> int:
+    """`embedder.pool_size`, or fewer when the documents cannot fill that many batches: Ray Data starts
+    every actor (a model load each) before the first batch, and a small build has one batch to embed.
+    A text has at most one token per UTF-8 byte, which bounds its chunks."""
+    size, overlap = cfg.chunking.size_tokens, cfg.chunking.overlap_tokens
+    most = sum(len(token_windows(len(d.full_text.encode()), size, overlap)) for d in docs)
+    return max(1, min(cfg.embedder.pool_size, -(-most // cfg.indexing.batch_size)))
 
 
 def _shard(batch: dict[str, np.ndarray], extract: bool) -> pa.Table:
