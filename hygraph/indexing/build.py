@@ -341,34 +341,45 @@ def _build_graph_stages(cfg: HygraphConfig, built: _Built, records: list[TripleR
     with stages.stage("hybrid graph"):
         hg = built.graph = graph_stage.build(cfg, built.chunk_ids, kb)
     nodes = {"nodes": list(hg.node_ids)}
-    built.cleora = _resumable(
-        stages, ckpt, "cleora", lambda: structure.build(cfg.cleora, hg),
-        lambda v: checkpoint.save_named(ckpt, "cleora", {"cleora": v}, nodes),
-        lambda: checkpoint.load_named(ckpt, "cleora", nodes)["cleora"])
     knowledge_ids = {"entities": list(hg.entity_ids), "relations": list(kb.relations),
                      "hyperedges": list(hg.hyperedge_ids)}
-    built.vecs = _resumable(
-        stages, ckpt, "embed entities, relations, hyperedges",
-        lambda: vectors.build(cfg.embedder, kb, hg.entity_ids, list(kb.relations), hg.hyperedge_ids, stages,
-                              cfg.indexing.batch_size),
-        lambda v: checkpoint.save_named(ckpt, "knowledge_vectors", v, knowledge_ids),
-        lambda: checkpoint.load_named(ckpt, "knowledge_vectors", knowledge_ids))
     llm = make_llm(cfg.llm, cache_dir=cache_dir)
+    # One pool embeds for both stages; its actors load the model while the driver runs Cleora.
+    pool = (ingest.EmbedPool(cfg.embedder)
+            if not (ckpt.done("embed entities, relations, hyperedges") and ckpt.done("hierarchy")) else None)
+    try:
+        built.cleora = _resumable(
+            stages, ckpt, "cleora", lambda: structure.build(cfg.cleora, hg),
+            lambda v: checkpoint.save_named(ckpt, "cleora", {"cleora": v}, nodes),
+            lambda: checkpoint.load_named(ckpt, "cleora", nodes)["cleora"])
 
-    def build_hierarchy() -> hierarchy.HierarchyResult:
-        encoder = ingest.Encoder(cfg.embedder)
-        try:
-            return hierarchy.build(cfg, built.chunk_ids, [c.text for c in ing.chunks], ing.embeddings, kb, hg,
-                                   {"entities": built.vecs["entities"], "cleora": built.cleora}, llm, encoder,
-                                   stages.note)
-        finally:
-            for rss, node in encoder.reports():
-                stages.worker(rss, {node})
-            encoder.close()
+        def embed_knowledge() -> dict[str, np.ndarray]:
+            assert pool is not None
+            vecs = vectors.build(pool, kb, hg.entity_ids, list(kb.relations), hg.hyperedge_ids, stages,
+                                 cfg.indexing.batch_size)
+            pool.report(stages)
+            return vecs
 
-    built.hier = _resumable(stages, ckpt, "hierarchy", build_hierarchy,
-                            lambda v: checkpoint.save_hierarchy(ckpt, v), lambda: checkpoint.load_hierarchy(ckpt),
-                            llm_calls=llm.usage.calls)
+        built.vecs = _resumable(
+            stages, ckpt, "embed entities, relations, hyperedges", embed_knowledge,
+            lambda v: checkpoint.save_named(ckpt, "knowledge_vectors", v, knowledge_ids),
+            lambda: checkpoint.load_named(ckpt, "knowledge_vectors", knowledge_ids))
+
+        def build_hierarchy() -> hierarchy.HierarchyResult:
+            assert pool is not None
+            try:
+                return hierarchy.build(cfg, built.chunk_ids, [c.text for c in ing.chunks], ing.embeddings, kb, hg,
+                                       {"entities": built.vecs["entities"], "cleora": built.cleora}, llm, pool,
+                                       stages.note)
+            finally:
+                pool.report(stages)
+
+        built.hier = _resumable(stages, ckpt, "hierarchy", build_hierarchy,
+                                lambda v: checkpoint.save_hierarchy(ckpt, v), lambda: checkpoint.load_hierarchy(ckpt),
+                                llm_calls=llm.usage.calls)
+    finally:
+        if pool is not None:
+            pool.close()
     usage.merge(llm.usage)
     if "hierarchy" in ckpt.resumed:
         for role, n in ckpt.record.llm_calls.get("hierarchy", {}).items():

@@ -1,7 +1,7 @@
 """Ingest: documents -> chunks with their embeddings and extractions.
 
-Build: one Ray Data stream (chunk as tasks, embed and extract on actor pools), plus Ray Data
-batch embedding of bulk texts and a small actor pool for the hierarchy's sequential calls.
+Build: one Ray Data stream (chunk as tasks, embed and extract on actor pools), then one embedding
+actor pool for the rest of the build (the knowledge texts in batches, the hierarchy's sequential calls).
 Update: the same chunking, embedding and extraction of the new documents only, in the
 updater's process with its own models.
 """
@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from hygraph.config import EmbedderConfig, HygraphConfig, LLMConfig
+from hygraph.core.chunking import token_windows
 from hygraph.indexing.chunker import chunk_documents
 from hygraph.indexing.progress import Stages
 from hygraph.model import Chunk, Document, Extraction
@@ -158,7 +159,7 @@ def build(cfg: HygraphConfig, docs: list[Document], stages: Stages, extract: boo
                                 fn_kwargs={"model": emb.model, "size": cfg.chunking.size_tokens,
                                            "overlap": cfg.chunking.overlap_tokens})
             ds = ds.map_batches(EmbedStage, batch_size=cfg.indexing.batch_size,
-                                compute=ray.data.ActorPoolStrategy(size=emb.pool_size),
+                                compute=ray.data.ActorPoolStrategy(size=embed_actors(cfg, todo)),
                                 num_cpus=emb.num_cpus, num_gpus=emb.num_gpus or None,
                                 fn_constructor_kwargs={"embedder": emb.model_dump(), "threads": emb.num_cpus})
             if extract:
@@ -177,6 +178,15 @@ def build(cfg: HygraphConfig, docs: list[Document], stages: Stages, extract: boo
                 seen |= new
                 bar.update(len(new))
         return read_shards(shard_dir, docs, extract)
+
+
+def embed_actors(cfg: HygraphConfig, docs: Sequence[Document]) -> int:
+    """`embedder.pool_size`, or fewer when the documents cannot fill that many batches: Ray Data starts
+    every actor (a model load each) before the first batch, and a small build has one batch to embed.
+    A text has at most one token per UTF-8 byte, which bounds its chunks."""
+    size, overlap = cfg.chunking.size_tokens, cfg.chunking.overlap_tokens
+    most = sum(len(token_windows(len(d.full_text.encode()), size, overlap)) for d in docs)
+    return max(1, min(cfg.embedder.pool_size, -(-most // cfg.indexing.batch_size)))
 
 
 def _shard(batch: dict[str, np.ndarray], extract: bool) -> pa.Table:
@@ -245,37 +255,14 @@ def update(chunks: Sequence[Chunk], embedder: "Embedder", llm: "LLM | None") -> 
     return Ingested(chunks, vectors, extractions)
 
 
-def embed_bulk(cfg: EmbedderConfig, texts: Sequence[str], stages: Stages, desc: str,
-               batch_size: int) -> np.ndarray:
-    """Ray Data batch inference over `texts` (order preserved) on the configured actor pool."""
-    import ray.data
-
-    if not texts:
-        return np.zeros((0, 0), np.float32)
-    # Length-sorted blocks pad less: a batch of short entity names no longer waits on a long fact.
-    order = np.argsort([len(t) for t in texts], kind="stable")
-    # Blocks of about 500 texts: progress moves as each block lands, not once per several thousand.
-    ds = ray.data.from_items([{"text": texts[i]} for i in order],
-                             override_num_blocks=max(1, min(400, -(-len(texts) // 500))))
-    ds = ds.map_batches(EmbedStage, batch_size=batch_size, compute=ray.data.ActorPoolStrategy(size=cfg.pool_size),
-                        num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus or None,
-                        fn_constructor_kwargs={"embedder": cfg.model_dump(), "threads": cfg.num_cpus})
-    parts: list[np.ndarray] = []
-    with stages.bar(len(texts), desc) as bar:
-        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            pop_reports(batch, stages)
-            parts.append(np.asarray(batch["embedding"], dtype=np.float32))
-            bar.update(len(parts[-1]))
-    out = np.empty((len(texts), parts[0].shape[1]), np.float32)
-    out[order] = np.vstack(parts)
-    return out
-
-
 class _EncoderActor:
     def __init__(self, embedder: dict[str, Any], threads: float) -> None:
         from hygraph.backends.embedder import make_embedder
 
-        self.embedder = make_embedder(EmbedderConfig(**embedder), threads=threads)
+        # The knowledge texts are question-length (entity names, triplets: 44 characters on average), where
+        # `runtime: auto` picks ONNX Runtime: the same CPU per text as torch (0.99x; the few long summaries
+        # 1.09x), and an actor that imports no torch starts on 1 s of CPU instead of 12.
+        self.embedder = make_embedder(EmbedderConfig(**embedder), threads=threads, questions=True)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         return self.embedder.encode(texts)
@@ -284,12 +271,17 @@ class _EncoderActor:
         return worker_report()
 
 
-class Encoder:
-    """`embedder.pool_size` Ray actors holding the model, for the hierarchy's per-layer summaries.
+class EmbedPool:
+    """`embedder.pool_size` Ray actors holding the model, started once per build for every stage that embeds
+    after ingest (the knowledge texts, the hierarchy's summaries): one model load per actor per build.
 
-    Each call splits its texts evenly over the actors, so small sequential calls still use
-    the whole pool; the actors live for one build and are killed by `close`.
+    The actors start, and load the model, as soon as the pool is made, while the driver computes the stages
+    before the first embedding. `embed` spreads batches over every actor with a bounded number in flight;
+    a call (`__call__`, the hierarchy's small sequential ones) splits its texts evenly over the actors.
+    The ingest's Ray Data pool must be gone before: Ray 2.60 stalls pools whose CPUs fill a node.
     """
+
+    IN_FLIGHT = 2  # batches queued per actor: the next one is there when a batch finishes
 
     def __init__(self, cfg: EmbedderConfig) -> None:
         import ray
@@ -303,9 +295,38 @@ class Encoder:
         refs = [a.encode.remote([texts[i] for i in idx]) for a, idx in zip(self.actors, parts) if len(idx)]
         return np.vstack(self._ray.get(refs))
 
-    def reports(self) -> list[tuple[int, str]]:
-        """Each actor's peak RSS (bytes) and node (`worker_report`)."""
-        return self._ray.get([a.report.remote() for a in self.actors])
+    def embed(self, texts: Sequence[str], stages: Stages, desc: str, batch_size: int) -> np.ndarray:
+        """Vectors of `texts` (order preserved) in batches of `batch_size`, each sent to the least loaded actor."""
+        if not texts:
+            return np.zeros((0, 0), np.float32)
+        # Length-sorted batches pad less: a batch of short entity names no longer waits on a long fact.
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        batches = iter([order[i:i + batch_size] for i in range(0, len(texts), batch_size)])
+        load = [0] * len(self.actors)
+        pending: dict[Any, tuple[int, np.ndarray]] = {}
+        done: list[tuple[np.ndarray, np.ndarray]] = []
+        with stages.bar(len(texts), desc) as bar:
+            while True:
+                while min(load) < self.IN_FLIGHT and (idx := next(batches, None)) is not None:
+                    a = load.index(min(load))
+                    pending[self.actors[a].encode.remote([texts[i] for i in idx])] = (a, idx)
+                    load[a] += 1
+                if not pending:
+                    break
+                [ref], _ = self._ray.wait(list(pending), num_returns=1)
+                a, idx = pending.pop(ref)
+                load[a] -= 1
+                done.append((idx, self._ray.get(ref)))
+                bar.update(len(idx))
+        out = np.empty((len(texts), done[0][1].shape[1]), np.float32)
+        for idx, vecs in done:
+            out[idx] = vecs
+        return out
+
+    def report(self, stages: Stages) -> None:
+        """Each actor's peak RSS and node (`worker_report`), to the innermost open stage."""
+        for rss, node in self._ray.get([a.report.remote() for a in self.actors]):
+            stages.worker(rss, {node})
 
     def close(self) -> None:
         for actor in self.actors:

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from hygraph.backends.vectorstore import VectorStore
-from hygraph.config import EmbedderConfig
 from hygraph.indexing.progress import Stages
-from hygraph.indexing.stages.ingest import embed_bulk
+from hygraph.indexing.stages.ingest import EmbedPool
 from hygraph.indexing.stages.knowledge import Knowledge, KnowledgeChange, entity_text, relation_text
 from hygraph.indexing.state import IndexState
 from hygraph.store.artifacts import ENTITIES, HYPEREDGES, RELATIONS
@@ -63,10 +62,10 @@ def knowledge_texts(kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequ
             + [kb.hyperedges[h].text for h in hyperedge_ids])
 
 
-def build(cfg: EmbedderConfig, kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequence[str],
+def build(pool: EmbedPool, kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequence[str],
           hyperedge_ids: Sequence[str], stages: Stages, batch_size: int) -> dict[str, np.ndarray]:
     """Text vectors of every entity, relation and hyperedge, per kind, rows in the given id order."""
-    vecs = embed_bulk(cfg, knowledge_texts(kb, entity_ids, relation_ids, hyperedge_ids), stages,
+    vecs = pool.embed(knowledge_texts(kb, entity_ids, relation_ids, hyperedge_ids), stages,
                       "knowledge texts embedded", batch_size)
     n_e, n_r = len(entity_ids), len(relation_ids)
     return {"entities": vecs[:n_e], "relations": vecs[n_e:n_e + n_r], "hyperedges": vecs[n_e + n_r:]}
