@@ -57,6 +57,13 @@ class Quotas:
             cached = self._limits[index] = (now, limits)
         return cached[1]
 
+    def forget(self, index: str) -> None:
+        """Index `index`'s limits changed here: read them again at its next request (other replicas within
+        LIMITS_TTL_S), its query bucket refilled at the new rate."""
+        with self._lock:
+            self._limits.pop(index, None)
+            self._buckets.pop(index, None)
+
     def admit_query(self, index: str) -> None:
         rate = self.limits(index).max_qps
         if rate is None:

@@ -187,6 +187,9 @@ def test_an_index_with_its_own_quota_is_held_to_it_and_the_others_to_the_default
     registry.set_quota("small", None)  # back on the default
     clock[0] += q.LIMITS_TTL_S + 0.1
     assert quotas.limits("small") == QuotaConfig(max_documents=5) and registry.quota("small") is None
+    registry.set_quota("small", QuotaConfig(max_qps=1).model_dump())
+    quotas.forget("small")  # the replica that changed it applies it at once
+    assert quotas.limits("small").max_qps == 1
     with pytest.raises(StoreError):
         registry.set_quota("absent", {"max_documents": 1})
     (registry.path("big") / "quota.json").write_text('{"max_documents": -3}')

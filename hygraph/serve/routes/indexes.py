@@ -119,6 +119,7 @@ async def _set_quota(gw: Gateway, name: str, limits: dict[str, Any] | None) -> N
         await asyncio.to_thread(gw.registry.set_quota, name, limits)
     except StoreError:
         raise not_found(name) from None
+    gw.quotas.forget(name)
 
 
 @router.delete("/v1/indexes/{name}", status_code=202)
