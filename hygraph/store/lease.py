@@ -155,13 +155,25 @@ class ReaderLease:
         self.expires = 0.0  # wall clock of the last record written
         self.renewed = 0.0  # time.monotonic() of the last write
         self._lapsed = False
+        self.unwritable = False  # the store refused the lease: served without one
         self._put = threading.Lock()
 
     def hold(self, version: int) -> None:
-        """Name `version` as the one this reader serves (before it reads it, so GC spares it from now on)."""
+        """Name `version` as the one this reader serves (before it reads it, so GC spares it from now on).
+
+        A reader that may not write to the store (a read-only mount, read-only credentials) serves without a
+        lease: GC spares its version only for `updates.gc_grace_s`, as before leases; that is logged once."""
         with self._put:
             self.version, self._lapsed = version, False
-            self._write_locked()
+            if self.unwritable:
+                return
+            try:
+                self._write_locked()
+            except (StoreError, OSError) as exc:
+                self.unwritable = True
+                log.warning("%s: cannot write this reader's lease (%s); garbage collection spares the version it "
+                            "serves only for updates.gc_grace_s", self.objects.uri, exc)
+                return
         _RENEWER.add(self)
 
     def _write_locked(self) -> None:
@@ -184,14 +196,15 @@ class ReaderLease:
     def lapsed(self) -> bool:
         """Whether the term ran out before a renewal: GC may since have removed what the version named, so
         the reader must `hold` the current version (and load it) before it reads again."""
-        return self.version is not None and (self._lapsed or time.time() > self.expires)
+        return self.version is not None and not self.unwritable and (self._lapsed or time.time() > self.expires)
 
     def release(self) -> None:
         _RENEWER.remove(self)
         with self._put:
             if self.version is not None:
                 self.version = None
-                self.objects.delete(self.key)
+                if not self.unwritable:
+                    self.objects.delete(self.key)
 
 
 def served_versions(objects: Objects, now: float | None = None) -> set[int]:
@@ -242,8 +255,8 @@ class _Renewer:
             for held in due:
                 try:
                     held.renew()
-                except StoreError as exc:  # the next round retries; a writer checks its lease before publishing,
-                    # a reader its term before reading
+                except (StoreError, OSError) as exc:  # the next round retries; a writer checks its lease before
+                    # publishing, a reader its term before reading
                     log.warning("renewing a lease of %s failed: %s", held.objects.uri, exc)
             time.sleep(min(wait, 1.0))
 

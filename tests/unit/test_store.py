@@ -206,3 +206,24 @@ def test_compaction_keeps_the_rows_and_the_deletions(tmp_path):
         table = store.open(v).table(DOCUMENTS)
         assert len(table.segments_names) == (1 if full else 2) and len(table) == len(expected) == 2
         assert {i: table.get(i) for i in table.ids()} == expected and "c" not in table and "d" not in table
+
+
+def test_a_reader_that_may_not_write_its_lease_serves_without_one(tmp_path, monkeypatch, caplog):
+    """Read-only credentials or mount: the reader's lease cannot be written. It serves all the same (GC then
+    spares its version for the grace period only), says so once, and is never taken for a lapsed reader."""
+    from hygraph.store import lease
+
+    store = IndexStore(tmp_path / "idx", create=True)
+    reader = store.reader_lease()
+
+    def refused(*_args, **_kwargs):
+        raise StoreError("access denied")
+
+    monkeypatch.setattr(reader.objects, "put", refused)
+    with caplog.at_level("WARNING", logger="hygraph.store.lease"):
+        reader.hold(1)
+        reader.hold(2)
+    assert reader.unwritable and not reader.lapsed
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+    assert "gc_grace_s" in caplog.records[0].message and lease.served_versions(store.objects) == set()
+    reader.release()
