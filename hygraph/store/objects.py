@@ -125,8 +125,15 @@ class LocalObjects(Objects):
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
-    def _tmp(self, path: Path) -> Path:
+    def _below_root(self, path: Path) -> None:
+        """Make `path`'s directories below the index's root, never the root itself: a late write (a lease
+        renewal) to an index deleted meanwhile must not bring its directory back under its name."""
+        if not self.root.is_dir():
+            raise StoreError(f"{self.uri}: the index directory is gone (deleted or moved)")
         path.parent.mkdir(parents=True, exist_ok=True)
+
+    def _tmp(self, path: Path) -> Path:
+        self._below_root(path)
         return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
 
     def get(self, key: str) -> bytes | None:
@@ -160,7 +167,7 @@ class LocalObjects(Objects):
     def put_file(self, key: str, path: Path) -> None:
         final = self._path(key)
         if path != final:  # segments are written in place: nothing to move
-            final.parent.mkdir(parents=True, exist_ok=True)
+            self._below_root(final)
             os.replace(path, final)
             fsync_dir(final.parent)
 

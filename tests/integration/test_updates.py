@@ -19,6 +19,7 @@ from hygraph.config import load_config
 from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.core.hyperbolic import from_storage, init_from_text, poincare_distance
 from hygraph.engine import QueryEngine
+from hygraph.indexing.build import collect_garbage
 from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.artifacts import LEXICAL_CHUNKS
 from hygraph.store import lease
@@ -240,7 +241,12 @@ def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collect
         new = engine.loaded.collections["hyperbolic"]
         assert new != old and {k: v for k, v in engine.loaded.collections.items() if k != "hyperbolic"} == \
             {k: v for k, v in loaded.collections.items() if k != "hyperbolic"}
-        assert not updater.vectors.exists(old)  # keep_versions=1, no grace: the old version and its collection went
+        # The recalibration's own GC spared the replaced version: `engine` still served it, and its reader lease
+        # said so (store/lease.py). Now that it serves the new one, GC removes it (keep_versions=1, no grace).
+        served = lease.served_versions(engine.store.objects)
+        assert updater.vectors.exists(old) and engine.version in served and loaded.view.version not in served
+        collect_garbage(cfg, IndexStore(index_dir), updater.vectors)
+        assert not updater.vectors.exists(old)
         ctx = engine.retrieve(question, vec, "hyperbolic", 5)
         assert ctx.passages and engine.version == published["version"]
     finally:

@@ -209,3 +209,17 @@ def test_local_writes_stay_in_place(tmp_path):
     """A local index keeps today's speed: segments are written where they live, no staging copy."""
     objects = open_objects(str(tmp_path))
     assert isinstance(objects, LocalObjects) and objects.staging_dir() == tmp_path == objects.local_dir
+
+
+def test_a_late_write_to_a_deleted_local_index_does_not_bring_it_back(tmp_path):
+    """A reader's lease renewal after its index was deleted (renamed away, then removed) fails instead of making
+    the index's directory again under its name, where the next create of that name would find it taken."""
+    store = IndexStore(tmp_path / "team-a", create=True)
+    reader = store.reader_lease()
+    reader.hold(1)
+    (tmp_path / "team-a").rename(tmp_path / ".deleting-x")
+    with pytest.raises(StoreError, match="index directory is gone"):
+        reader.renew()
+    assert not (tmp_path / "team-a").exists()
+    reader.release()
+    assert not (tmp_path / "team-a").exists()
