@@ -40,6 +40,16 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def build_record(index_dir: Path) -> dict:
+    """The checkpoint record (`builds/<fingerprint>/build.json`) of the unfinished build in `index_dir`; {} if none."""
+    for path in (index_dir / "builds").glob("*/build.json"):
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            continue  # never: the record is replaced atomically
+    return {}
+
+
 @pytest.fixture(scope="session")
 def hotpot_subset(tmp_path_factory) -> tuple[Path, Path]:
     """The first 12 hotpotqa questions, their gold passages and 150 others: small but real."""

@@ -17,7 +17,7 @@ from hygraph.data import DEMO_DIR
 from hygraph.engine import QueryEngine
 from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.versions import IndexStore
-from tests.integration.conftest import HYGRAPH, cli_env, last_json, run_cli
+from tests.integration.conftest import HYGRAPH, build_record, cli_env, last_json, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -46,13 +46,6 @@ def _ranked(index_dir: Path, questions: Path) -> dict:
     finally:
         engine.close()
 
-def _record(index_dir: Path) -> dict:
-    for path in (index_dir / "builds").glob("*/build.json"):
-        try:
-            return json.loads(path.read_text())
-        except ValueError:
-            continue  # never: the record is replaced atomically
-    return {}
 
 def _killed_when(args: list[str], index_dir: Path, ready, log: Path) -> dict:
     """Run `hygraph index` and SIGKILL it once its checkpoint record satisfies `ready`; the record then."""
@@ -62,7 +55,7 @@ def _killed_when(args: list[str], index_dir: Path, ready, log: Path) -> dict:
                                 cwd=Path(__file__).resolve().parents[2])
     try:
         deadline = time.monotonic() + 600
-        while proc.poll() is None and time.monotonic() < deadline and not ready(_record(index_dir)):
+        while proc.poll() is None and time.monotonic() < deadline and not ready(build_record(index_dir)):
             time.sleep(0.05)
         assert proc.poll() is None, f"the build ended before it could be killed:\n{log.read_text()[-3000:]}"
         proc.send_signal(signal.SIGKILL)
@@ -71,7 +64,7 @@ def _killed_when(args: list[str], index_dir: Path, ready, log: Path) -> dict:
         if proc.poll() is None:
             proc.kill()
             proc.wait(60)
-    return _record(index_dir)
+    return build_record(index_dir)
 
 @pytest.mark.timeout(1500)  # a build, a killed one and its resumed rerun
 def test_a_killed_build_resumes_to_the_same_version(small, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from hygraph.backends.vectorstore import netns
 from hygraph.data import DEMO_DIR
-from tests.integration.conftest import HYGRAPH, cli_env
+from tests.integration.conftest import HYGRAPH, build_record, cli_env
 from tests.raycluster import RayCluster
 
 pytestmark = [pytest.mark.integration,
@@ -38,15 +38,6 @@ def _build(cluster: RayCluster, args: list[str]) -> dict:
     out = cluster.run([*HYGRAPH, *args], env=cli_env(**BUILD_ENV), cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _record(index_dir: Path) -> dict:
-    for path in (index_dir / "builds").glob("*/build.json"):
-        try:
-            return json.loads(path.read_text())
-        except ValueError:
-            continue  # never: the record is replaced atomically
-    return {}
 
 
 def _wait(what: str, ready, proc, log: Path, timeout_s: float = 300) -> None:
@@ -99,7 +90,7 @@ def test_a_multinode_build_survives_a_node_death_and_resumes_after_a_driver_kill
         cluster.wait_nodes(2)
         # Ray retries the lost node's work: the same driver finishes the ingest...
         _wait("ingest checkpointed after the node death",
-              lambda: "chunk+embed+extract" in _record(index_dir).get("done", []), proc, log)
+              lambda: "chunk+embed+extract" in build_record(index_dir).get("done", []), proc, log)
         # ...and is SIGKILLed in the next stage.
         cluster.kill(proc)
     finally:
