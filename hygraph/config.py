@@ -189,6 +189,15 @@ class IndexingConfig(Section):
     extract_pool_size: int = Field(1, ge=1)
     extract_num_cpus: float = Field(0.25, gt=0)
     batch_size: int = Field(256, ge=1)
+    # The actor that runs every stage after ingest (indexing/assemble.py). A token CPU share places it on a
+    # worker node (a head started with --num-cpus=0 gets none) without taking a CPU from the embedding
+    # actors it drives; its memory is declared to Ray: this many GiB, or null for an estimate from the
+    # corpus (1 GiB + 150 KiB per passage, capped at the largest node's memory).
+    assembler_num_cpus: float = Field(0.05, ge=0)
+    assembler_memory_gb: Optional[float] = Field(None, gt=0)
+    # Its GPU share: Ray hides GPUs from an actor that asks for none, so Cleora, LSH hashing, hyperbolic
+    # training and cuGraph see a GPU (device: auto) only with a share here.
+    assembler_num_gpus: float = Field(0.0, ge=0)
 
 
 class UpdatesConfig(Section):

@@ -156,21 +156,41 @@ class Question:
 
 
 def read_jsonl(path: str | Path, objects_only: bool = True) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed row) for each non-blank line; errors name the file and line."""
+    """(line number, parsed row) for each non-blank line; errors name the file and line. Lines end at "\n"
+    only (JSON Lines): a line's bytes are its own, so a corpus can be read in byte spans (`scan_corpus`)."""
+    for lineno, _, row in _jsonl_rows(path, objects_only):
+        yield lineno, row
+
+
+def _jsonl_rows(path: str | Path, objects_only: bool = True) -> Iterator[tuple[int, int, Any]]:
+    """(line number, byte offset just past the line, parsed row) for each non-blank line."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: file not found")
-    with p.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
-            if objects_only and not isinstance(row, dict):
-                raise InputError(f"{p}:{lineno}: expected a JSON object")
-            yield lineno, row
+    offset = 0
+    with p.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            offset += len(raw)
+            row = parse_jsonl_line(raw, f"{p}:{lineno}", objects_only)
+            if row is not None:
+                yield lineno, offset, row
+
+
+def parse_jsonl_line(raw: bytes, where: str, objects_only: bool = True) -> Any:
+    """One line of a JSON Lines file: its parsed value, or None when the line is blank."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where}: not valid UTF-8 (byte {exc.start})") from None
+    if not line.strip():
+        return None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
+    if objects_only and not isinstance(row, dict):
+        raise InputError(f"{where}: expected a JSON object")
+    return row
 
 
 def _field(row: dict[str, Any], name: str, kind: type, where: str, required: bool = True) -> Any:
@@ -199,17 +219,79 @@ def document_from_dict(row: dict[str, Any], where: str) -> Document:
 
 def load_corpus(path: str | Path) -> list[Document]:
     """Read a whole corpus file; any malformed line fails the load before anything is written."""
-    docs: list[Document] = []
+    docs = [doc for _, _, doc in _corpus_documents(path)]
+    if not docs:
+        raise InputError(f"{path}: no documents")
+    return docs
+
+
+def _corpus_documents(path: str | Path) -> Iterator[tuple[int, int, Document]]:
+    """(line number, byte offset past the line, document) under the input rules, duplicate ids refused."""
     seen: dict[str, int] = {}
-    for lineno, row in read_jsonl(path):
+    for lineno, end, row in _jsonl_rows(path):
         where = f"{path}:{lineno}"
         doc = document_from_dict(row, where)
         if doc.id in seen:
             raise InputError(f"{where}: duplicate id '{preview(doc.id)}' (first at line {seen[doc.id]})")
         seen[doc.id] = lineno
-        docs.append(doc)
-    if not docs:
+        yield lineno, end, doc
+
+
+@dataclass(frozen=True)
+class CorpusSpan:
+    """A run of whole lines of a corpus file: bytes [start, end), the first of them line `first_line`."""
+
+    start: int
+    end: int
+    first_line: int
+
+
+@dataclass(frozen=True)
+class CorpusScan:
+    """What a build's driver keeps of a corpus file once every line is validated: counts and byte spans for
+    sharded reads (`read_span`), never the texts."""
+
+    path: str
+    text_bytes: tuple[int, ...]  # each document's full text in UTF-8 bytes, in file order
+    spans: tuple[CorpusSpan, ...]
+
+    @property
+    def documents(self) -> int:
+        return len(self.text_bytes)
+
+
+def scan_corpus(path: str | Path, span_documents: int = 256, ids: set[str] | None = None) -> CorpusScan:
+    """Validate a corpus file in one streaming pass (the checks of `load_corpus`) and cut it into spans of
+    about `span_documents` documents; `ids`, when given, receives every document id."""
+    sizes: list[int] = []
+    spans: list[CorpusSpan] = []
+    start, first, count = 0, 1, 0
+    for lineno, end, doc in _corpus_documents(path):
+        sizes.append(len(doc.full_text.encode()))
+        if ids is not None:
+            ids.add(doc.id)
+        count += 1
+        if count == span_documents:
+            spans.append(CorpusSpan(start, end, first))
+            start, first, count = end, lineno + 1, 0
+    if count:
+        spans.append(CorpusSpan(start, Path(path).stat().st_size, first))
+    if not sizes:
         raise InputError(f"{path}: no documents")
+    return CorpusScan(str(path), tuple(sizes), tuple(spans))
+
+
+def read_span(path: str | Path, span: CorpusSpan) -> list[Document]:
+    """The documents of one span of a corpus file `scan_corpus` validated."""
+    with Path(path).open("rb") as fh:
+        fh.seek(span.start)
+        data = fh.read(span.end - span.start)
+    docs = []
+    for i, raw in enumerate(data.split(b"\n")):
+        where = f"{path}:{span.first_line + i}"
+        row = parse_jsonl_line(raw, where)
+        if row is not None:
+            docs.append(document_from_dict(row, where))
     return docs
 
 
@@ -240,7 +322,11 @@ class TripleRecord:
 
 def load_triples(path: str | Path) -> list[TripleRecord]:
     """Precomputed OpenIE output: {"passage_id", "triples": [[h, r, t], ...], "entities": [...]}."""
-    out: list[TripleRecord] = []
+    return list(iter_triples(path))
+
+
+def iter_triples(path: str | Path) -> Iterator[TripleRecord]:
+    """`load_triples` one record at a time (each line validated as it is read)."""
     for lineno, row in read_jsonl(path):
         where = f"{path}:{lineno}"
         pid = _field(row, "passage_id", str, where)
@@ -253,5 +339,4 @@ def load_triples(path: str | Path) -> list[TripleRecord]:
                 clean.append((t[0], t[1], t[2]))
             elif not isinstance(t, list):
                 raise InputError(f"{where}: triples[{i}] must be a list")
-        out.append(TripleRecord(pid, tuple(clean), tuple(str(e) for e in ents if str(e).strip())))
-    return out
+        yield TripleRecord(pid, tuple(clean), tuple(str(e) for e in ents if str(e).strip()))

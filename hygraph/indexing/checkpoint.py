@@ -12,7 +12,8 @@ and the record (`build.json`) is rewritten atomically after each stage. The comm
 checkpoint.
 
 Stages that are pure, quick functions of the ingest output (knowledge, hybrid graph, lexical postings)
-are derived again in the driver rather than stored.
+are derived again rather than stored. The driver opens the checkpoint and the assembling actor
+(indexing/assemble.py) carries on with it: the checkpoint directory must be reachable from both.
 """
 
 from __future__ import annotations
@@ -23,18 +24,20 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from hygraph.errors import InputError, StoreError
+from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages.hierarchy import HierarchyResult
 from hygraph.indexing.stages.hyperbolic import Trained
 from hygraph.processes import locked, pid_alive
 from hygraph.store import stage_files
 from hygraph.store.files import write_atomic
 
+T = TypeVar("T")
 FORMAT = 1
 BUILDS = "builds"  # under the index directory
 RECORD = "build.json"
@@ -128,6 +131,10 @@ class Checkpoint:
     def _save(self) -> None:
         write_atomic(self.dir / RECORD, self.record.to_json())
 
+    def reload(self) -> None:
+        """Read the record again: another process (an assembling actor that was lost) carried the build on."""
+        self.record = _read_record(self.dir) or self.record
+
     def done(self, stage: str) -> bool:
         return stage in self.record.done
 
@@ -180,6 +187,26 @@ class Checkpoint:
     def remove(self) -> None:
         """The build committed: its checkpoint is no longer needed."""
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def resumable(stages: Stages, ckpt: Checkpoint, name: str, compute: Callable[[], T], save: Callable[[T], None],
+              load: Callable[[], T], llm_calls: Callable[[], dict[str, int]] = dict, timed: bool = True) -> T:
+    """Stage `name`: loaded from the checkpoint when an earlier run finished it, else computed and saved.
+    `timed=False`: `compute` times the stage itself (under `name`)."""
+    if ckpt.done(name):
+        with stages.stage(name):
+            stages.note(f"{name}: resumed from the checkpoint (it took {ckpt.record.seconds[name]:.1f}s)")
+            value = load()
+        ckpt.resumed.append(name)
+        return value
+    if timed:
+        with stages.stage(name):
+            value = compute()
+    else:
+        value = compute()
+    save(value)
+    ckpt.finish(name, stages.seconds.get(name, 0.0), llm_calls())
+    return value
 
 
 def save_hierarchy(ckpt: Checkpoint, result: HierarchyResult) -> None:

@@ -10,18 +10,22 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from tqdm import tqdm
 
 LINE_EVERY_S = 10.0
 
 
+def to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 class Counter:
     """Counts items of one stream; a bar on a terminal, periodic lines elsewhere."""
 
-    def __init__(self, total: int, label: str) -> None:
-        self.total, self.label, self.done = total, label, 0
+    def __init__(self, total: int, label: str, emit: Callable[[str], None] = to_stderr) -> None:
+        self.total, self.label, self.done, self.emit = total, label, 0, emit
         self._t0 = self._last = time.monotonic()
         self._bar = tqdm(total=total, desc=label, file=sys.stderr, unit="it", dynamic_ncols=True,
                          mininterval=1.0) if sys.stderr.isatty() else None
@@ -38,7 +42,7 @@ class Counter:
         elapsed = max(self._last - self._t0, 1e-9)
         rate = self.done / elapsed
         left = f", about {(self.total - self.done) / rate:.0f} s left" if rate > 0 and self.done < self.total else ""
-        print(f"{self.label}: {self.done:,}/{self.total:,} ({rate:,.0f}/s{left})", file=sys.stderr, flush=True)
+        self.emit(f"{self.label}: {self.done:,}/{self.total:,} ({rate:,.0f}/s{left})")
 
     def close(self) -> None:
         if self._bar is not None:
@@ -54,10 +58,17 @@ class Counter:
 
 
 class Stages:
-    """Times named stages; `seconds` goes into the manifest and the command's JSON."""
+    """Times named stages; `seconds` goes into the manifest and the command's JSON.
+
+    Its lines go to `emit` (stderr by default; a Ray actor that runs stages keeps them for the process that
+    shows them, indexing/assemble.py). With `own_report` set (a Ray worker running stages itself), each
+    stage also records that process's peak RSS and node as a worker of the stage.
+    """
 
     def __init__(self, prefix: str = "index") -> None:
         self.prefix = prefix
+        self.emit: Callable[[str], None] = to_stderr
+        self.own_report: Callable[[], tuple[int, str]] | None = None
         self.seconds: dict[str, float] = {}
         # Ray workers that ran a stage's work: their largest peak RSS (bytes) and their nodes; and the largest
         # peak RSS of a worker per node.
@@ -77,22 +88,26 @@ class Stages:
             yield
         finally:
             self._open.pop()
+            if self.own_report is not None:
+                rss, node = self.own_report()
+                self.worker(rss, {node}, name)
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t, 3)
             self.note(f"{name} done in {self.seconds[name]:.1f}s")
 
-    def worker(self, rss_bytes: int, nodes: set[str]) -> None:
-        """A Ray worker of the innermost open stage reported its peak RSS and node (`ingest.worker_report`)."""
-        name = self._open[-1] if self._open else "other"
+    def worker(self, rss_bytes: int, nodes: set[str], stage: str | None = None) -> None:
+        """A Ray worker of `stage` (default: the innermost open stage) reported its peak RSS and node
+        (`ingest.worker_report`)."""
+        name = stage or (self._open[-1] if self._open else "other")
         self.worker_rss[name] = max(self.worker_rss.get(name, 0), rss_bytes)
         self.worker_nodes.setdefault(name, set()).update(nodes)
         for node in nodes:
             self.node_rss[node] = max(self.node_rss.get(node, 0), rss_bytes)
 
     def note(self, message: str) -> None:
-        print(f"[{self.prefix}] {message}", file=sys.stderr, flush=True)
+        self.emit(f"[{self.prefix}] {message}")
 
     def bar(self, total: int, desc: str) -> Counter:
-        return Counter(total, f"[{self.prefix}] {desc}")
+        return Counter(total, f"[{self.prefix}] {desc}", self.emit)
 
     @property
     def total(self) -> float:

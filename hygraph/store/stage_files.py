@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -44,9 +45,11 @@ def write_table(path: Path, table: pa.Table) -> int:
     return len(data)
 
 
-def read_table(path: Path) -> pa.Table:
+def read_table(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """The table at `path`, or only its `columns` (the file is memory-mapped: the others are never read)."""
     try:
-        with pa.OSFile(str(path)) as source:
-            return pa.ipc.open_file(source).read_all()
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+            return table.select(list(columns)) if columns is not None else table
     except (OSError, pa.ArrowInvalid) as exc:
         raise StoreError(f"{path}: not a readable Arrow file ({exc}); rerun with --restart") from None

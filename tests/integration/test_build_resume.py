@@ -86,19 +86,23 @@ def test_a_killed_build_resumes_to_the_same_version(small, tmp_path):
     stats = again["stats"]
     assert again["resumed_stages"] == stats["resumed_stages"] == [
         "chunk+embed+extract", "cleora", "embed entities, relations, hyperedges", "hierarchy", "hyperbolic"]
-    assert set(stats["collections_kept"]) <= set(rec["collections"]) and stats["collections_kept"]
+    # Every collection recorded at the kill is kept (the killed build's actor may have finished more in the
+    # second before Ray ended it: they were recorded whole, and are kept too).
+    assert set(rec["collections"]) <= set(stats["collections_kept"])
     assert again["version"] == 2
     for key in ("documents", "chunks", "entities", "relations", "hyperedges", "summaries", "layers"):
         assert again[key] == first[key], key
     assert again["llm_calls"]["summarize"] == first["llm_calls"]["summarize"]
     # Accounting: the uninterrupted build's Ray workers reported their peak RSS and node per stage; the
-    # resumed one ran no Ray work (every stage loaded) and wrote only the collections not kept.
+    # resumed one ran no ingest work, loaded every later stage in its assembling actor (the one worker it
+    # reports) and wrote only the collections not kept.
     ran = first["stats"]
     assert ran["worker_peak_rss_bytes"] > 0
     assert set(ran["nodes_per_stage"]) == set(ran["worker_peak_rss_bytes_per_stage"])
     assert {"chunk+embed+extract", "hierarchy"} <= set(ran["nodes_per_stage"])
     assert ran["vectors_per_s"] > 0 and ran["checkpoint_bytes_written"] > 0 and ran["resumed_stages"] == []
-    assert stats["driver_peak_rss_bytes"] > 0 and stats["worker_peak_rss_bytes"] == 0
+    assert stats["driver_peak_rss_bytes"] > 0 and "chunk+embed+extract" not in stats["nodes_per_stage"]
+    assert len({n for nodes in stats["nodes_per_stage"].values() for n in nodes}) == 1
     assert set(stats["seconds_of_resumed_stages"]) == set(stats["resumed_stages"])
     assert [p for p in (index_dir / "builds").iterdir() if p.is_dir()] == []
     assert _ranked(index_dir, questions) == before

@@ -401,7 +401,8 @@ def test_index_job_submits_hygraph_index_to_the_cluster(target):
     assert env["HYGRAPH_CONFIG"] == f"{CONFIG_MOUNT}/{PROFILE[target]}"
     assert env["INDEX_DIR"] == INDEX_MOUNT and env["CORPUS"].startswith("/data/corpus/")
     assert words[:3] == ["exec", "ray", "job"] and "--entrypoint-num-gpus" in words
-    assert words[words.index("--entrypoint-num-gpus") + 1] == ("1" if target == "gpu" else "0")
+    # The driver reserves no GPU: the build's assembler actor asks for its own (indexing.assembler_num_gpus).
+    assert words[words.index("--entrypoint-num-gpus") + 1] == "0"
     runtime_env = json.loads(words[words.index("--runtime-env-json") + 1])
     entry = words[words.index("--") + 1:]
     assert entry[0] == "hygraph"

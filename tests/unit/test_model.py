@@ -3,7 +3,8 @@ import json
 import pytest
 
 from hygraph.errors import InputError
-from hygraph.model import Document, Relation, Hyperedge, load_corpus, load_questions, load_triples, normalize_name
+from hygraph.model import (Document, Relation, Hyperedge, load_corpus, load_questions, load_triples, normalize_name,
+                           read_span, scan_corpus)
 
 
 def _write(path, rows):
@@ -39,6 +40,37 @@ def test_corpus_error_names_file_line_and_field(tmp_path):
     p = _write(tmp_path / "f.jsonl", [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}])
     with pytest.raises(InputError, match="duplicate id 'a'"):
         load_corpus(p)
+
+
+def test_a_scanned_corpus_read_in_spans_is_the_loaded_corpus(tmp_path):
+    # Lines end at "\n" only: a raw U+2028 or U+2029 inside a text (valid JSON) stays in its line, CRLF and
+    # blank lines are allowed, and every span starts at a line of its own.
+    p = tmp_path / "c.jsonl"
+    p.write_bytes('{"id":"a","text":"x\u2028y\u2029z"}\r\n\n  \n{"id":"b","title":"T","text":"é"}\n'
+                  '{"text":"no id"}\n{"id":"d","text":"last, no newline"}'.encode())
+    scan = scan_corpus(p, span_documents=2)
+    docs = load_corpus(p)
+    assert [d.text for d in docs] == ["x\u2028y\u2029z", "é", "no id", "last, no newline"]
+    assert scan.documents == 4 and scan.text_bytes == tuple(len(d.full_text.encode()) for d in docs)
+    assert [(s.start, s.first_line) for s in scan.spans][0] == (0, 1) and scan.spans[-1].end == p.stat().st_size
+    assert [s.first_line for s in scan.spans] == [1, 5]
+    assert [d for s in scan.spans for d in read_span(p, s)] == docs
+    ids: set[str] = set()
+    scan_corpus(p, ids=ids)
+    assert ids == {d.id for d in docs}
+
+
+def test_a_corpus_scan_names_the_bad_line(tmp_path):
+    p = tmp_path / "c.jsonl"
+    p.write_bytes(b'{"id":"a","text":"ok"}\n{"id":"b","text":"\xff\xfe"}\n')
+    with pytest.raises(InputError, match=r"c\.jsonl:2: not valid UTF-8"):
+        scan_corpus(p)
+    p.write_bytes(b'{"id":"a","text":"ok"}\n{"id":"a","text":"again"}\n')
+    with pytest.raises(InputError, match=r"c\.jsonl:2: duplicate id 'a'"):
+        scan_corpus(p)
+    p.write_bytes(b"\n \n")
+    with pytest.raises(InputError, match="no documents"):
+        scan_corpus(p)
 
 
 def test_corpus_full_text_is_title_then_text(tmp_path):

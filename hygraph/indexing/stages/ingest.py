@@ -1,7 +1,9 @@
 """Ingest: documents -> chunks with their embeddings and extractions.
 
-Build: one Ray Data stream (chunk as tasks, embed and extract on actor pools), then one embedding
-actor pool for the rest of the build (the knowledge texts in batches, the hierarchy's sequential calls).
+Build: one Ray Data stream (read the corpus file's spans and chunk as tasks, embed and extract on actor
+pools) whose batches land as shards in the build's checkpoint, so the driver never holds the corpus; then
+one embedding actor pool for the rest of the build (the knowledge texts in batches, the hierarchy's
+sequential calls).
 Update: the same chunking, embedding and extraction of the new documents only, in the
 updater's process with its own models.
 """
@@ -23,7 +25,7 @@ from hygraph.config import EmbedderConfig, HygraphConfig, LLMConfig
 from hygraph.core.chunking import token_windows
 from hygraph.indexing.chunker import chunk_documents
 from hygraph.indexing.progress import Stages
-from hygraph.model import Chunk, Document, Extraction
+from hygraph.model import Chunk, CorpusScan, CorpusSpan, Document, Extraction, read_span
 from hygraph.store import stage_files
 
 if TYPE_CHECKING:
@@ -65,11 +67,14 @@ def tokenizer(model: str) -> "Tokenizer":
     return Tokenizer(EmbedderConfig(model=model))
 
 
-def chunk_batch(batch: dict[str, np.ndarray], model: str, size: int, overlap: int) -> dict[str, list[Any]]:
-    """Documents -> chunk rows (Ray Data tasks; the tokenizer is cached per worker process)."""
-    docs = [Document(id=str(i), title=str(t), text=str(x))
-            for i, t, x in zip(batch["id"], batch["title"], batch["text"])]
-    chunks = chunk_documents(docs, tokenizer(model), size, overlap)
+def chunk_batch(batch: dict[str, np.ndarray], corpus: str, model: str, size: int, overlap: int,
+                skip: frozenset[str]) -> dict[str, list[Any]]:
+    """Corpus spans -> chunk rows of their documents not in `skip` (Ray Data tasks: each reads its spans from
+    the corpus file; the tokenizer is cached per worker process)."""
+    docs = [d for start, end, first in zip(batch["start"], batch["end"], batch["first_line"])
+            for d in read_span(corpus, CorpusSpan(int(start), int(end), int(first))) if d.id not in skip]
+    # Length order keeps the embedding batches that follow evenly padded.
+    chunks = sorted(chunk_documents(docs, tokenizer(model), size, overlap), key=lambda c: c.n_tokens)
     per_doc = Counter(c.doc_id for c in chunks)
     out: dict[str, Any] = {
         "id": [c.id for c in chunks], "doc_id": [c.doc_id for c in chunks],
@@ -132,60 +137,59 @@ class Ingested:
     extract_calls: int = 0
 
 
-def build(cfg: HygraphConfig, docs: list[Document], stages: Stages, extract: bool, cache_dir: str,
-          shard_dir: Path) -> Ingested:
-    """Ray Data: read -> chunk (tasks) -> embed (actor pool) [-> extract (actor pool)].
+def build(cfg: HygraphConfig, corpus: CorpusScan, stages: Stages, extract: bool, cache_dir: str,
+          shard_dir: Path) -> None:
+    """Ray Data: read spans and chunk (tasks) -> embed (actor pool) [-> extract (actor pool)].
 
-    Every batch the stream yields is written to `shard_dir` as it lands (one Arrow file each), and the
-    result is read back from there: a rerun after a kill streams only the documents whose chunks are not
-    all in the shards already.
+    Every batch the stream yields is written to `shard_dir` as it lands (one Arrow file each): a rerun
+    after a kill streams only the documents whose chunks are not all in the shards already. The driver
+    sees one batch at a time; `read_shards` reads the result back where it is needed.
     """
     import ray.data
 
     emb = cfg.embedder
-    whole = complete_documents(shard_dir)
-    todo = [d for d in docs if d.id not in whole]
-    if len(todo) < len(docs):
-        stages.note(f"ingest: {len(docs) - len(todo):,} of {len(docs):,} documents kept from the checkpoint")
+    whole = frozenset(complete_documents(shard_dir))
+    todo = corpus.documents - len(whole)
+    if whole:
+        stages.note(f"ingest: {len(whole):,} of {corpus.documents:,} documents kept from the checkpoint")
     with stages.stage("chunk+embed+extract" if extract else "chunk+embed"), \
-            stages.bar(len(todo), "documents") as bar:
-        if todo:
-            # Length order keeps each embedding batch evenly padded; corpus order is restored below.
-            by_length = sorted(todo, key=lambda d: len(d.text))
-            ds = ray.data.from_items([{"id": d.id, "title": d.title, "text": d.text} for d in by_length],
-                                     override_num_blocks=max(1, min(64, len(todo) // 200)))
-            # Chunking is light; a small CPU share keeps it schedulable beside the actor pools.
-            ds = ds.map_batches(chunk_batch, batch_size=256, num_cpus=0.1,
-                                fn_kwargs={"model": emb.model, "size": cfg.chunking.size_tokens,
-                                           "overlap": cfg.chunking.overlap_tokens})
-            ds = ds.map_batches(EmbedStage, batch_size=cfg.indexing.batch_size,
-                                compute=ray.data.ActorPoolStrategy(size=embed_actors(cfg, todo)),
-                                num_cpus=emb.num_cpus, num_gpus=emb.num_gpus or None,
-                                fn_constructor_kwargs={"embedder": emb.model_dump(), "threads": emb.num_cpus})
-            if extract:
-                ds = ds.map_batches(ExtractStage, batch_size=cfg.indexing.batch_size,
-                                    compute=ray.data.ActorPoolStrategy(size=cfg.indexing.extract_pool_size),
-                                    num_cpus=cfg.indexing.extract_num_cpus,
-                                    fn_constructor_kwargs={"llm": cfg.llm.model_dump(), "cache_dir": cache_dir})
-            seq = 1 + max((int(p.stem.split("-")[1]) for p in shard_dir.glob("shard-*.arrow")), default=0)
-            seen: set[str] = set()
-            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-                pop_reports(batch, stages)
-                stages.bytes_written += stage_files.write_table(shard_dir / f"shard-{seq:06d}.arrow",
-                                                                _shard(batch, extract))
-                seq += 1
-                new = set(batch["doc_id"].tolist()) - seen
-                seen |= new
-                bar.update(len(new))
-        return read_shards(shard_dir, docs, extract)
+            stages.bar(todo, "documents") as bar:
+        if not todo:
+            return
+        spans = [{"start": s.start, "end": s.end, "first_line": s.first_line} for s in corpus.spans]
+        ds = ray.data.from_items(spans, override_num_blocks=max(1, min(64, len(spans))))
+        # Reading and chunking are light; a small CPU share keeps them schedulable beside the actor pools.
+        ds = ds.map_batches(chunk_batch, batch_size=1, num_cpus=0.1,
+                            fn_kwargs={"corpus": corpus.path, "model": emb.model, "size": cfg.chunking.size_tokens,
+                                       "overlap": cfg.chunking.overlap_tokens, "skip": whole})
+        ds = ds.map_batches(EmbedStage, batch_size=cfg.indexing.batch_size,
+                            compute=ray.data.ActorPoolStrategy(size=embed_actors(cfg, corpus.text_bytes, todo)),
+                            num_cpus=emb.num_cpus, num_gpus=emb.num_gpus or None,
+                            fn_constructor_kwargs={"embedder": emb.model_dump(), "threads": emb.num_cpus})
+        if extract:
+            ds = ds.map_batches(ExtractStage, batch_size=cfg.indexing.batch_size,
+                                compute=ray.data.ActorPoolStrategy(size=cfg.indexing.extract_pool_size),
+                                num_cpus=cfg.indexing.extract_num_cpus,
+                                fn_constructor_kwargs={"llm": cfg.llm.model_dump(), "cache_dir": cache_dir})
+        seq = 1 + max((int(p.stem.split("-")[1]) for p in shard_dir.glob("shard-*.arrow")), default=0)
+        seen: set[str] = set()
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            pop_reports(batch, stages)
+            stages.bytes_written += stage_files.write_table(shard_dir / f"shard-{seq:06d}.arrow",
+                                                            _shard(batch, extract))
+            seq += 1
+            new = set(batch["doc_id"].tolist()) - seen
+            seen |= new
+            bar.update(len(new))
 
 
-def embed_actors(cfg: HygraphConfig, docs: Sequence[Document]) -> int:
+def embed_actors(cfg: HygraphConfig, text_bytes: Sequence[int], todo: int) -> int:
     """`embedder.pool_size`, or fewer when the documents cannot fill that many batches: Ray Data starts
     every actor (a model load each) before the first batch, and a small build has one batch to embed.
-    A text has at most one token per UTF-8 byte, which bounds its chunks."""
+    A text has at most one token per UTF-8 byte, which bounds its chunks (`todo` of the documents are
+    streamed; the bound counts the largest ones)."""
     size, overlap = cfg.chunking.size_tokens, cfg.chunking.overlap_tokens
-    most = sum(len(token_windows(len(d.full_text.encode()), size, overlap)) for d in docs)
+    most = sum(len(token_windows(n, size, overlap)) for n in sorted(text_bytes, reverse=True)[:todo])
     return max(1, min(cfg.embedder.pool_size, -(-most // cfg.indexing.batch_size)))
 
 
@@ -199,8 +203,8 @@ def _shard(batch: dict[str, np.ndarray], extract: bool) -> pa.Table:
     return pa.table(cols)
 
 
-def _shards(shard_dir: Path) -> pa.Table | None:
-    tables = [stage_files.read_table(p) for p in sorted(shard_dir.glob("shard-*.arrow"))]
+def _shards(shard_dir: Path, columns: Sequence[str] | None = None) -> pa.Table | None:
+    tables = [stage_files.read_table(p, columns) for p in sorted(shard_dir.glob("shard-*.arrow"))]
     return pa.concat_tables(tables) if tables else None
 
 
@@ -210,8 +214,8 @@ def _latest_rows(ids: list[str]) -> dict[str, int]:
 
 
 def complete_documents(shard_dir: Path) -> set[str]:
-    """The documents whose every chunk is in the shards."""
-    t = _shards(shard_dir)
+    """The documents whose every chunk is in the shards (read without their texts and vectors)."""
+    t = _shards(shard_dir, ("id", "doc_id", "doc_chunks"))
     if t is None:
         return set()
     doc_ids, expect = t.column("doc_id").to_pylist(), t.column("doc_chunks").to_pylist()

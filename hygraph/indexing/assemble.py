@@ -1,0 +1,403 @@
+"""The build after ingest, in one Ray actor: every stage that needs the whole corpus at once.
+
+The `hygraph index` process (the driver, indexing/build.py) validates the corpus in one streaming pass and
+runs the ingest, whose batches land as shards in the build's checkpoint; it then hands the rest to an
+`Assembler` actor, which Ray places on a worker node with the memory it needs declared, and only relays
+the actor's progress lines and returns its result. The actor reads the corpus and the shards, runs
+knowledge, hybrid graph, Cleora, the knowledge-text embedding, hierarchy, hyperbolic and lexical, writes
+the vectors and the snapshot, and commits the version. So the driver holds counts and file spans, never
+the corpus, a vector or a stage's output.
+
+Everything is validated before anything is written; vectors go into collections named after the new
+version, and a failure drops them and the version's segments, so a failed build leaves the previous
+version serving untouched. Each finished stage is kept in the checkpoint (indexing/checkpoint.py): a
+lost actor (its node died) is replaced once and resumes from there, and so does a rerun of the command.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from hygraph.backends import vectorstore
+from hygraph.backends.llm import make_llm
+from hygraph.backends.llm.base import Usage
+from hygraph.config import HygraphConfig
+from hygraph.errors import HygraphError
+from hygraph.indexing import checkpoint
+from hygraph.indexing.checkpoint import Checkpoint, resumable
+from hygraph.indexing.progress import Stages
+from hygraph.indexing.stages import graph as graph_stage
+from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, lexical, structure, vectors
+from hygraph.model import Document, TripleRecord, load_corpus, load_triples
+from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, HYPERPLANES, PARENTS,
+                                     RELATIONS, SUMMARIES, TERMS, Artifact, ChunkRow, DocumentRow, PostingsRow,
+                                     metadata_text)
+from hygraph.store.manifest import HierarchyInfo, HyperbolicInfo, Manifest
+from hygraph.store.versions import GcResult, IndexStore
+
+# Measured driver growth of the single-process build (docs/bench/build_small.md): about 146 KiB per passage.
+BYTES_PER_PASSAGE = 150 * 1024
+
+
+@dataclass
+class Assembly:
+    """What the assembling actor needs: the build's inputs (absolute paths: the actor's working directory is
+    not the command's), its checkpoint and what the driver measured."""
+
+    cfg: HygraphConfig
+    corpus: str
+    triples: str | None
+    kg: str | None
+    index_dir: str
+    local: str  # this index's directory on the node that holds the checkpoint (local_dir_of)
+    graph: bool
+    extract: bool
+    cache_dir: str  # the LLM cache
+    ckpt: Checkpoint
+    driver_peak_rss: int
+
+
+def assemble(job: Assembly, stages: Stages, before_commit: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """Read the ingest's shards, run every later stage, write vectors and snapshot, commit the version
+    (once `before_commit` returns)."""
+    cfg, ckpt = job.cfg, job.ckpt
+    docs = load_corpus(job.corpus)
+    records = load_triples(job.triples) if job.triples else None
+    with stages.stage("read ingest shards"):
+        ing = ingest.read_shards(ckpt.shard_dir("ingest"), docs, job.extract)
+    usage = Usage()
+    if ing.extract_calls:
+        usage.count("extract", calls=ing.extract_calls)
+    built = Built(docs, ing)
+    if job.graph:
+        _graph_stages(cfg, built, records, job.kg, stages, ckpt, job.cache_dir, usage)
+    with stages.stage("lexical"):
+        built.lexical = lexical.build(built.chunk_ids, [c.text for c in ing.chunks],
+                                      built.graph.entity_ids if built.graph is not None else None)
+    store = IndexStore(job.index_dir, **cfg.store.model_dump())
+    vs = vectorstore.connect(cfg.vector_store, job.local)
+    writer: vectors.CollectionWriter | None = None
+    try:
+        previous = store.current_version()
+        # Journal jobs already applied to the replaced version stay applied: the rebuild takes
+        # over its offset, and jobs after it are applied on top of the new version.
+        offset = store.manifest(previous).journal_offset if previous is not None else 0
+        with store.begin(prefer=ckpt.record.generation) as w:
+            writer = vectors.CollectionWriter(vs, store, w.version, kept=ckpt.kept_collections(w.version),
+                                              on_written=ckpt.collection_written)
+            with stages.stage("write vectors"):
+                built.write_vectors(writer)
+            if writer.kept:
+                stages.note(f"write vectors: collections {', '.join(writer.kept)} kept from the checkpoint")
+            with stages.stage("write snapshot"):
+                manifest = built.write_tables(w, cfg)
+                manifest.generation, manifest.collections = w.version, writer.collections
+                manifest.config_hash, manifest.journal_offset = cfg.index_hash(), offset
+                manifest.llm_calls = usage.calls()
+                manifest.stats.update(_accounting(stages, ckpt, writer, w.bytes_written, job.driver_peak_rss))
+                before_commit()
+                w.commit(manifest)
+                version = w.version
+        writer = None
+        ckpt.remove()
+        # The versions before a rebuild go once their grace ends, with their segments and collections,
+        # and so do the collections of builds that died before committing.
+        try:
+            store.forget_collections([version])  # the manifest names them now
+            collect_garbage(cfg, store, vs)
+        except Exception as exc:  # noqa: BLE001 - published already; the next build or update collects
+            stages.note(f"garbage collection of old versions failed ({type(exc).__name__}); retried later")
+    finally:
+        if writer is not None:
+            writer.drop_all()
+        vs.close()
+    manifest.stats["seconds_per_stage"] = stages.seconds
+    counts = manifest.counts
+    return {"version": version, **{k: counts[k] for k in
+                                   ("documents", "chunks", "entities", "relations", "hyperedges", "summaries")},
+            "layers": manifest.stats.get("layers", 0), "llm_calls": usage.calls(),
+            "resumed_stages": ckpt.resumed, "stats": manifest.stats}
+
+
+def collect_garbage(cfg: HygraphConfig, store: IndexStore, vs: vectorstore.VectorStore) -> GcResult:
+    """`store.gc` with the configured retention, then drop the vector collections it hands back: those
+    only removed versions named, and those of builds that never committed (then forgotten)."""
+    result = store.gc(cfg.updates.keep_versions, cfg.updates.gc_grace_s)
+    for name in sorted(result.collections):
+        vs.drop(name)
+    store.forget_collections(result.orphaned)
+    return result
+
+
+class _Relay:
+    """The actor's progress lines, kept until the driver fetches them (and in the actor's own Ray log)."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        with self._lock:
+            self._lines.append(line)
+
+    def drain(self) -> list[str]:
+        with self._lock:
+            lines, self._lines = self._lines, []
+        return lines
+
+
+class Assembler:
+    """The Ray actor that runs `assemble` (two threads: `run`, and `drain`, which the driver calls every
+    second for the progress lines and which is the actor's proof that the driver still waits).
+
+    Ray ends an actor whose driver died, but not at once (about 2 s after a SIGKILL here): the commit
+    waits for the driver's next call, so a killed command's actor never publishes a version that the
+    rerun of the command would not know about.
+    """
+
+    DRIVER_GONE_S = 60.0  # a driver that stopped calling: not committing (Ray will have ended the actor)
+
+    def __init__(self) -> None:
+        self.relay = _Relay()
+        self._called = threading.Event()
+
+    def run(self, job: Assembly, stages: Stages) -> dict[str, Any] | HygraphError:
+        """`assemble`'s result, or the error it raised on purpose (handed back whole, not as a Ray error)."""
+        stages.emit, stages.own_report = self.relay, ingest.worker_report
+        job.ckpt.reload()
+        try:
+            return assemble(job, stages, self._driver_waits)
+        except HygraphError as exc:
+            return exc
+
+    def drain(self) -> list[str]:
+        self._called.set()
+        return self.relay.drain()
+
+    def _driver_waits(self) -> None:
+        self._called.clear()
+        if not self._called.wait(self.DRIVER_GONE_S):
+            raise HygraphError(f"the build's driver stopped polling for {self.DRIVER_GONE_S:.0f} s: not committing")
+
+
+def run_assembler(job: Assembly, stages: Stages, passages: int) -> dict[str, Any]:
+    """Run `assemble` in an `Assembler` actor and relay its progress to stderr; a lost actor (node death) is
+    replaced once and resumes from the checkpoint."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    for attempt in (1, 2):
+        actor = _start_assembler(job, stages, passages)
+        try:
+            result = _relayed(ray, actor, actor.run.remote(job, stages))
+        except RayActorError as exc:
+            if attempt == 2:
+                raise
+            stages.note(f"the assembling actor was lost ({type(exc).__name__}): a new one resumes from the checkpoint")
+            continue
+        finally:
+            ray.kill(actor)
+        if isinstance(result, HygraphError):
+            raise result
+        return result
+    raise AssertionError("unreachable")
+
+
+def _relayed(ray: Any, actor: Any, ref: Any) -> Any:
+    while True:
+        ready, _ = ray.wait([ref], timeout=1.0)
+        for line in ray.get(actor.drain.remote()):
+            print(line, file=sys.stderr, flush=True)
+        if ready:
+            return ray.get(ref)
+
+
+def _start_assembler(job: Assembly, stages: Stages, passages: int) -> Any:
+    """The actor, with the memory the build needs declared to Ray (`indexing.assembler_memory_gb`, else an
+    estimate from the corpus size, capped at the largest node's). An index on object storage keeps its
+    checkpoint in this node's cache directory, so its actor is pinned to this node."""
+    import ray
+    from hygraph.store.objects import is_remote
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    icfg = job.cfg.indexing
+    largest = max((n["Resources"].get("memory", 0) for n in ray.nodes() if n["Alive"]), default=0)
+    want = (int(icfg.assembler_memory_gb * 2**30) if icfg.assembler_memory_gb
+            else (1 << 30) + BYTES_PER_PASSAGE * passages)
+    memory = int(min(want, largest)) if largest else want
+    if memory < want:
+        stages.note(f"assemble: the build wants about {want / 2**30:.1f} GiB; the largest node offers "
+                    f"{largest / 2**30:.1f} GiB")
+    options: dict[str, Any] = {"num_cpus": icfg.assembler_num_cpus, "num_gpus": icfg.assembler_num_gpus,
+                               "memory": memory, "max_concurrency": 2}
+    if is_remote(job.index_dir):
+        # No CPU share: the node running this command may be a head that offers none.
+        options.update(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False))
+    return ray.remote(Assembler).options(**options).remote()
+
+
+def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWriter, segment_bytes: int,
+                driver_peak_rss: int) -> dict[str, Any]:
+    """The manifest's statistics of how this run of the build went."""
+    return {"seconds_per_stage": stages.seconds, "resumed_stages": ckpt.resumed,
+            "seconds_of_resumed_stages": {s: ckpt.record.seconds[s] for s in ckpt.resumed},
+            "collections_kept": writer.kept,
+            "driver_peak_rss_bytes": driver_peak_rss,
+            "worker_peak_rss_bytes": max(stages.worker_rss.values(), default=0),
+            "worker_peak_rss_bytes_per_stage": stages.worker_rss,
+            "nodes_per_stage": {s: sorted(n) for s, n in stages.worker_nodes.items()},
+            "worker_peak_rss_bytes_per_node": dict(sorted(stages.node_rss.items())),
+            "bytes_written": segment_bytes, "checkpoint_bytes_written": stages.bytes_written + ckpt.bytes_written,
+            "vectors_written": writer.vectors_written,
+            "vectors_per_s": round(writer.vectors_written / writer.seconds, 1) if writer.seconds > 0 else 0.0}
+
+
+
+def build_knowledge(ing: ingest.Ingested, triples: list[TripleRecord] | None, kg: str | Path | None
+                    ) -> knowledge.Knowledge:
+    extractions = (knowledge.extractions_from_triples(ing.chunks, triples) if triples is not None
+                   else ing.extractions)
+    kb = knowledge.merge_extractions(extractions)
+    if kg:
+        kb.add(knowledge.load_kg(kg), chunk_id=None)
+        kb.finish()
+    return kb
+
+
+class Built:
+    """What the build stages produced, until it is written."""
+
+    def __init__(self, docs: list[Document], ing: ingest.Ingested) -> None:
+        self.docs, self.ing = docs, ing
+        self.chunk_ids = [c.id for c in ing.chunks]
+        self.kb: knowledge.Knowledge | None = None
+        self.graph: graph_stage.HybridGraph | None = None
+        self.cleora: np.ndarray | None = None
+        self.vecs: dict[str, np.ndarray] = {}
+        self.hier: hierarchy.HierarchyResult | None = None
+        self.hyp: hyperbolic.Trained | None = None
+        self.lexical: dict[Artifact[PostingsRow], list[PostingsRow]] = {}
+
+    def write_vectors(self, writer: vectors.CollectionWriter) -> None:
+        writer.add("chunks", self.chunk_ids, self.ing.embeddings)
+        if self.kb is not None and self.graph is not None:
+            writer.add("entities", self.graph.entity_ids, self.vecs["entities"])
+            writer.add("relations", list(self.kb.relations), self.vecs["relations"])
+            writer.add("hyperedges", self.graph.hyperedge_ids, self.vecs["hyperedges"])
+        if self.hier is not None:
+            writer.add("summaries", self.hier.ids, self.hier.embeddings, layers=self.hier.layers)
+        if self.hyp is not None:
+            writer.add("hyperbolic", self.chunk_ids, self.hyp.storage(), metric="L2")
+        writer.write()
+
+    def write_tables(self, w: Any, cfg: HygraphConfig) -> Manifest:
+        dims = {"text": int(self.ing.embeddings.shape[1]), "cleora": cfg.cleora.dim}
+        contributions = knowledge.per_chunk(self.kb) if self.kb is not None else {}
+        none = knowledge.ChunkKnowledge()
+        by_doc: dict[str, list[str]] = {}
+        chunk_rows = []
+        for c, vec in zip(self.ing.chunks, self.ing.embeddings):
+            ck = contributions.get(c.id, none)
+            by_doc.setdefault(c.doc_id, []).append(c.id)
+            chunk_rows.append(ChunkRow(c.id, c.doc_id, c.ordinal, c.text, c.n_tokens, c.title, tuple(ck.entities),
+                                       tuple(ck.relations), tuple(ck.hyperedges), vec))
+        w.replace(DOCUMENTS, [DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ())), metadata_text(d.metadata))
+                              for d in self.docs], dims)
+        w.replace(CHUNKS, chunk_rows, dims)
+        for artifact, rows in self.lexical.items():
+            w.replace(artifact, rows, dims)
+        counts = {"documents": len(self.docs), "chunks": len(chunk_rows), "entities": 0, "relations": 0,
+                  "hyperedges": 0, "summaries": 0}
+        manifest = Manifest(embedder_model=cfg.embedder.model, dims=dims, graph=self.kb is not None, counts=counts)
+        if self.kb is None or self.graph is None or self.cleora is None:
+            return manifest
+        hg, kb = self.graph, self.kb
+        entities, relations, hyperedges = knowledge.build_rows(kb, hg.entity_ids, hg.hyperedge_ids,
+                                                               self.vecs["entities"])
+        w.replace(ENTITIES, entities, dims)
+        w.replace(RELATIONS, relations, dims)
+        w.replace(HYPEREDGES, hyperedges, dims)
+        w.replace(GRAPH, graph_stage.build_rows(hg, self.cleora), dims)
+        counts.update(entities=len(entities), relations=len(relations), hyperedges=len(hyperedges))
+        manifest.stats["edges"] = graph_stage.edge_counts(hg)
+        if self.hier is not None:
+            summaries, parents, planes = self.hier.rows()
+            w.replace(SUMMARIES, summaries, dims)
+            w.replace(PARENTS, parents, dims)
+            w.replace(HYPERPLANES, planes, dims)
+            counts["summaries"] = len(summaries)
+            manifest.stats.update(hierarchy.stats(self.hier.layers, [len(ch) for ch in self.hier.children]))
+            manifest.hierarchy = HierarchyInfo(self.hier.partitioner, self.hier.n_layers,
+                                               manifest.stats["segments_per_layer"])
+        if self.hyp is not None:
+            w.replace(TERMS, self.hyp.rows(self.chunk_ids), dims)
+            manifest.hyperbolic = HyperbolicInfo(self.hyp.M, cfg.hyperbolic.dim, cfg.hyperbolic.seed)
+        return manifest
+
+
+def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] | None,
+                        kg: str | Path | None, stages: Stages, ckpt: Checkpoint, cache_dir: str,
+                        usage: Usage) -> None:
+    ing = built.ing
+    # Knowledge and the hybrid graph are pure, quick functions of the ingest output: derived again on resume.
+    with stages.stage("knowledge"):
+        kb = built.kb = build_knowledge(ing, records, kg)
+    with stages.stage("hybrid graph"):
+        hg = built.graph = graph_stage.build(cfg, built.chunk_ids, kb)
+    nodes = {"nodes": list(hg.node_ids)}
+    knowledge_ids = {"entities": list(hg.entity_ids), "relations": list(kb.relations),
+                     "hyperedges": list(hg.hyperedge_ids)}
+    llm = make_llm(cfg.llm, cache_dir=cache_dir)
+    # One pool embeds for both stages; its actors load the model while the driver runs Cleora.
+    pool = (ingest.EmbedPool(cfg.embedder)
+            if not (ckpt.done("embed entities, relations, hyperedges") and ckpt.done("hierarchy")) else None)
+    try:
+        built.cleora = resumable(
+            stages, ckpt, "cleora", lambda: structure.build(cfg.cleora, hg),
+            lambda v: checkpoint.save_named(ckpt, "cleora", {"cleora": v}, nodes),
+            lambda: checkpoint.load_named(ckpt, "cleora", nodes)["cleora"])
+
+        def embed_knowledge() -> dict[str, np.ndarray]:
+            assert pool is not None
+            vecs = vectors.build(pool, kb, hg.entity_ids, list(kb.relations), hg.hyperedge_ids, stages,
+                                 cfg.indexing.batch_size)
+            pool.report(stages)
+            return vecs
+
+        built.vecs = resumable(
+            stages, ckpt, "embed entities, relations, hyperedges", embed_knowledge,
+            lambda v: checkpoint.save_named(ckpt, "knowledge_vectors", v, knowledge_ids),
+            lambda: checkpoint.load_named(ckpt, "knowledge_vectors", knowledge_ids))
+
+        def build_hierarchy() -> hierarchy.HierarchyResult:
+            assert pool is not None
+            try:
+                return hierarchy.build(cfg, built.chunk_ids, [c.text for c in ing.chunks], ing.embeddings, kb, hg,
+                                       {"entities": built.vecs["entities"], "cleora": built.cleora}, llm, pool,
+                                       stages.note)
+            finally:
+                pool.report(stages)
+
+        built.hier = resumable(stages, ckpt, "hierarchy", build_hierarchy,
+                                lambda v: checkpoint.save_hierarchy(ckpt, v), lambda: checkpoint.load_hierarchy(ckpt),
+                                llm_calls=llm.usage.calls)
+    finally:
+        if pool is not None:
+            pool.close()
+    usage.merge(llm.usage)
+    if "hierarchy" in ckpt.resumed:
+        for role, n in ckpt.record.llm_calls.get("hierarchy", {}).items():
+            usage.count(role, calls=n)
+    if cfg.hyperbolic.enabled:
+        built.hyp = resumable(
+            stages, ckpt, "hyperbolic",
+            lambda: hyperbolic.build(cfg.hyperbolic, [c.text for c in ing.chunks], ing.embeddings),
+            lambda v: checkpoint.save_hyperbolic(ckpt, v), lambda: checkpoint.load_hyperbolic(ckpt))
