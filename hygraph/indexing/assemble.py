@@ -252,7 +252,7 @@ def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWrit
             "collections_kept": writer.kept,
             "driver_peak_rss_bytes": driver_peak_rss,
             "worker_peak_rss_bytes": max(stages.worker_rss.values(), default=0),
-            "worker_peak_rss_bytes_per_stage": stages.worker_rss,
+            "worker_peak_rss_bytes_per_stage": dict(stages.worker_rss),
             "nodes_per_stage": {s: sorted(n) for s, n in stages.worker_nodes.items()},
             "worker_peak_rss_bytes_per_node": dict(sorted(stages.node_rss.items())),
             "bytes_written": segment_bytes, "checkpoint_bytes_written": stages.bytes_written + ckpt.bytes_written,
