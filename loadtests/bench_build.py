@@ -45,7 +45,8 @@ from tests.raycluster import RayCluster  # noqa: E402
 
 TAG = "bench_build"
 TARGETS = (10**6, 10**7)
-RAY_STAGES = ("chunk+embed+extract", "chunk+embed", "embed entities, relations, hyperedges", "hierarchy")
+# Stages spread over actor pools (more workers divide them); the others run in the one assembling actor.
+PARALLEL_STAGES = ("chunk+embed+extract", "chunk+embed", "embed entities, relations, hyperedges", "hierarchy")
 GiB = 2**30
 
 
@@ -124,9 +125,9 @@ def extrapolate(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cluster_needed(ext: dict[str, Any], workers: int) -> dict[str, str]:
-    """What each target size asks of a cluster, from the fits: the head's memory (the driver holds the
-    graph stages), each worker's, and the time split into Ray stages (which more workers divide, if they
-    scale linearly) and driver stages (which they do not; the vector writes among them)."""
+    """What each target size asks of a cluster, from the fits: the head's memory (the driver's), the largest
+    worker's (the assembling actor holds the graph stages), and the time split into parallel stages (which
+    more workers divide, if they scale linearly) and the assembler's (one worker; the vector writes among them)."""
     out = {}
     for t in map(str, TARGETS):
         if ext["s: total"][t] is None:
@@ -134,13 +135,14 @@ def cluster_needed(ext: dict[str, Any], workers: int) -> dict[str, str]:
             continue
         # The sum of the per-stage fits (each stage grows at its own rate), not the total's fit.
         stage_s = {k[3:]: v[t] or 0.0 for k, v in ext.items() if k.startswith("s: ") and k != "s: total"}
-        ray_s = sum(v for k, v in stage_s.items() if k in RAY_STAGES)
-        driver_s = sum(stage_s.values()) - ray_s
-        ten = ray_s * workers / 10
-        out[t] = (f"head ≥ {1.5 * (ext['driver peak RSS GiB'][t] or 0):.0f} GiB RAM (1.5 × the driver's peak); "
-                  f"workers ≥ {1.5 * (ext['largest worker peak RSS GiB'][t] or 0):.1f} GiB each; "
-                  f"Ray stages {ray_s / 3600:.1f} h on {workers} worker(s) of this kind, about {ten / 3600:.1f} h on "
-                  f"10 if they scale linearly; driver stages {driver_s / 3600:.1f} h whatever the workers")
+        pool_s = sum(v for k, v in stage_s.items() if k in PARALLEL_STAGES)
+        one_s = sum(stage_s.values()) - pool_s
+        ten = pool_s * workers / 10
+        out[t] = (f"head ≥ {1.5 * (ext['driver peak RSS GiB'][t] or 0):.1f} GiB RAM (1.5 × the driver's peak); "
+                  f"the assembler's worker ≥ {1.5 * (ext['largest worker peak RSS GiB'][t] or 0):.1f} GiB; "
+                  f"parallel stages {pool_s / 3600:.1f} h on {workers} worker(s) of this kind, "
+                  f"about {ten / 3600:.1f} h on 10 if they scale linearly; assembler stages {one_s / 3600:.1f} h "
+                  "on one worker")
     return out
 
 
