@@ -16,6 +16,7 @@ from typing import Iterator
 
 import pytest
 
+from hygraph.data import DEMO_DIR
 from hygraph.processes import locked, pid_alive
 from tests.data import DEV_DATA
 
@@ -71,6 +72,22 @@ def built_index(hotpot_subset, tmp_path_factory) -> tuple[Path, dict]:
     index_dir = tmp_path_factory.mktemp("index")
     proc = run_cli("index", "--corpus", str(corpus), "--index-dir", str(index_dir))
     return index_dir, last_json(proc)
+
+
+# The demo corpus's first passages: the build a killed and resumed one is compared with.
+DEMO_PASSAGES = 16
+
+
+@pytest.fixture(scope="session")
+def demo_build(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """The first DEMO_PASSAGES demo passages built uninterrupted on this node: (corpus, index dir, the build's
+    JSON). The reference of tests/integration/test_build_resume.py and test_multinode_build.py (one build for
+    both); read only: a test that builds into it works on a copy (`copy_index`)."""
+    out = tmp_path_factory.mktemp("demo_build")
+    corpus = out / "corpus.jsonl"
+    corpus.write_text("\n".join((DEMO_DIR / "corpus.jsonl").read_text().splitlines()[:DEMO_PASSAGES]) + "\n")
+    index_dir = out / "index"
+    return corpus, index_dir, last_json(run_cli("index", "--corpus", str(corpus), "--index-dir", str(index_dir)))
 
 
 def free_port() -> int:

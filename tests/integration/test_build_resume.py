@@ -17,22 +17,18 @@ from hygraph.data import DEMO_DIR
 from hygraph.engine import QueryEngine
 from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.versions import IndexStore
-from tests.integration.conftest import HYGRAPH, build_record, cli_env, last_json, run_cli
+from tests.integration.conftest import HYGRAPH, build_record, cli_env, copy_index, last_json, run_cli
 
 pytestmark = pytest.mark.integration
 
-PASSAGES = 16
 MODES = "dense,hybrid,hyperbolic"
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory) -> tuple[Path, Path]:
-    """The demo corpus's first passages and five demo questions (the rankings compared need no gold passage)."""
-    out = tmp_path_factory.mktemp("resume_data")
-    rows = (DEMO_DIR / "corpus.jsonl").read_text().splitlines()[:PASSAGES]
-    questions = (DEMO_DIR / "questions.jsonl").read_text().splitlines()[:5]
-    (out / "corpus.jsonl").write_text("\n".join(rows) + "\n")
-    (out / "questions.jsonl").write_text("\n".join(questions) + "\n")
-    return out / "corpus.jsonl", out / "questions.jsonl"
+def questions(tmp_path_factory) -> Path:
+    """Five demo questions (the rankings compared need no gold passage)."""
+    out = tmp_path_factory.mktemp("resume_data") / "questions.jsonl"
+    out.write_text("\n".join((DEMO_DIR / "questions.jsonl").read_text().splitlines()[:5]) + "\n")
+    return out
 
 def _ranked(index_dir: Path, questions: Path) -> dict:
     """The top-5 passages per mode and question, read in this process (an eval per build cost a minute)."""
@@ -66,15 +62,16 @@ def _killed_when(args: list[str], index_dir: Path, ready, log: Path) -> dict:
             proc.wait(60)
     return build_record(index_dir)
 
-@pytest.mark.timeout(1500)  # a build, a killed one and its resumed rerun
-def test_a_killed_build_resumes_to_the_same_version(small, tmp_path):
-    corpus, questions = small
-    index_dir = tmp_path / "index"
-    args = ["index", "--corpus", str(corpus), "--index-dir", str(index_dir)]
-    first = last_json(run_cli(*args))
+@pytest.mark.timeout(1500)  # a build (the shared reference), a killed one and its resumed rerun
+def test_a_killed_build_resumes_to_the_same_version(demo_build, questions, tmp_path):
+    # The uninterrupted build (the session's, shared with test_multinode_build), and a copy of it to rebuild.
+    corpus, reference, first = demo_build
     assert first["resumed_stages"] == []
-    assert [p for p in (index_dir / "builds").iterdir() if p.is_dir()] == []  # the commit removed it
-    before = _ranked(index_dir, questions)
+    assert [p for p in (reference / "builds").iterdir() if p.is_dir()] == []  # the commit removed it
+    before = _ranked(reference, questions)
+    index_dir = tmp_path / "index"
+    copy_index(reference, index_dir)
+    args = ["index", "--corpus", str(corpus), "--index-dir", str(index_dir)]
 
     # Killed while its collections are written, after every stage was checkpointed (the stages' own resume,
     # stage by stage, is in tests/unit/test_build_checkpoint.py; a second kill here cost over a minute).

@@ -174,12 +174,3 @@ def test_unknown_triples_passage_is_exit_2(tmp_path, hotpot_subset):
     assert proc.returncode == 2 and "nope" in proc.stderr
     assert not (tmp_path / "i" / "CURRENT").exists()
 
-
-def test_graph_mode_on_dense_only_index_is_exit_2(hotpot_subset, tmp_path):
-    corpus, _ = hotpot_subset
-    small = tmp_path / "corpus.jsonl"  # a few passages: the refusal does not depend on the corpus
-    small.write_text("".join(corpus.read_text().splitlines(keepends=True)[:8]))
-    index_dir = tmp_path / "dense"
-    last_json(run_cli("index", "--corpus", str(small), "--index-dir", str(index_dir), "--dense-only"))
-    proc = run_cli("query", "--index-dir", str(index_dir), "--mode", "hybrid", "Who?")
-    assert proc.returncode == 2 and "--dense-only" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,6 +1,7 @@
 """An index on object storage end to end: `hygraph index --dense-only` into s3:// on a real S3 server (SeaweedFS on
 loopback, tests/s3server.py) answers `hygraph query` with the same ranked passages as the same build into a
-local directory; `hygraph serve` refuses an s3:// index (this release) with status 2 and one line."""
+local directory; `hygraph serve` refuses an s3:// index (this release) with status 2 and one line; a graph mode on
+the dense-only index is status 2 naming --dense-only."""
 
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ def test_an_index_built_into_s3_answers_like_a_local_one(s3_server, tmp_path):
         ranked = {where: [p["id"] for p in a["passages"]] for where, a in answers.items()}
         assert ranked[remote] == ranked[local] and len(ranked[local]) == 5
         assert answers[remote]["answer"] == answers[local]["answer"]
+    # A graph mode on a dense-only index is refused with status 2 (the local build serves: the refusal does not
+    # depend on the corpus or the store; a build of its own for it cost 90 s in `make test`).
+    proc = run_cli("query", "--index-dir", local, "--mode", "hybrid", "Who?", env=env)
+    assert proc.returncode == 2 and "--dense-only" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("serve", "--index-dir", remote, env=env, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "does not take an index on object storage" in proc.stderr.strip().splitlines()[-1]
