@@ -39,6 +39,7 @@ from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPERED
                                      RELATIONS, SUMMARIES, TERMS, Artifact, ChunkRow, DocumentRow, PostingsRow,
                                      metadata_text)
 from hygraph.store.manifest import HierarchyInfo, HyperbolicInfo, Manifest
+from hygraph.store.objects import is_remote
 from hygraph.store.versions import GcResult, IndexStore
 
 # Measured driver growth of the single-process build (docs/bench/build_small.md): about 146 KiB per passage.
@@ -211,6 +212,7 @@ def run_assembler(job: Assembly, stages: Stages, passages: int) -> dict[str, Any
 
 
 def _relayed(ray: Any, actor: Any, ref: Any) -> Any:
+    """The result of `ref`, printing the actor's progress lines each second until it is ready."""
     while True:
         ready, _ = ray.wait([ref], timeout=1.0)
         for line in ray.get(actor.drain.remote()):
@@ -224,7 +226,6 @@ def _start_assembler(job: Assembly, stages: Stages, passages: int) -> Any:
     estimate from the corpus size, capped at the largest node's). An index on object storage keeps its
     checkpoint in this node's cache directory, so its actor is pinned to this node."""
     import ray
-    from hygraph.store.objects import is_remote
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     icfg = job.cfg.indexing
