@@ -194,21 +194,21 @@ def run_assembler(job: Assembly, stages: Stages, passages: int) -> dict[str, Any
     import ray
     from ray.exceptions import RayActorError
 
-    for attempt in (1, 2):
+    def attempt() -> dict[str, Any] | HygraphError:
         actor = _start_assembler(job, stages, passages)
         try:
-            result = _relayed(ray, actor, actor.run.remote(job, stages))
-        except RayActorError as exc:
-            if attempt == 2:
-                raise
-            stages.note(f"the assembling actor was lost ({type(exc).__name__}): a new one resumes from the checkpoint")
-            continue
+            return _relayed(ray, actor, actor.run.remote(job, stages))
         finally:
             ray.kill(actor)
-        if isinstance(result, HygraphError):
-            raise result
-        return result
-    raise AssertionError("unreachable")
+
+    try:
+        result = attempt()
+    except RayActorError as exc:
+        stages.note(f"the assembling actor was lost ({type(exc).__name__}): a new one resumes from the checkpoint")
+        result = attempt()
+    if isinstance(result, HygraphError):
+        raise result
+    return result
 
 
 def _relayed(ray: Any, actor: Any, ref: Any) -> Any:

@@ -42,11 +42,11 @@ def build_index(cfg: HygraphConfig, corpus: str | Path, index_dir: str | Path,
     """Build a new index version; resumes the unfinished build of the same inputs unless `restart`."""
     stages = Stages("index")
     with stages.stage("load corpus"):
-        ids: set[str] | None = set() if triples else None
-        scan = scan_corpus(Path(corpus).resolve(), ids=ids)
+        ids: set[str] = set()  # kept only while a triples file is checked against them
+        scan = scan_corpus(Path(corpus).resolve(), ids=ids if triples else None)
         if triples:
-            _check_triples(triples, ids or set())
-        ids = None
+            _check_triples(triples, ids)
+        ids.clear()
     # Check the store first: an unreachable one must fail before anything is created on disk.
     # The connection is not held through the long compute (idle gRPC channels get GOAWAY).
     # An index on S3 keeps its checkpoint, LLM cache and managed vector store in this node's directory for it.

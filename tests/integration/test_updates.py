@@ -19,7 +19,7 @@ from hygraph.config import load_config
 from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.core.hyperbolic import from_storage, init_from_text, poincare_distance
 from hygraph.engine import QueryEngine
-from hygraph.indexing.build import collect_garbage
+from hygraph.indexing.assemble import collect_garbage
 from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.artifacts import LEXICAL_CHUNKS
 from hygraph.store import lease

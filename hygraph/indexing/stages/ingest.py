@@ -172,15 +172,15 @@ def build(cfg: HygraphConfig, corpus: CorpusScan, stages: Stages, extract: bool,
                                 num_cpus=cfg.indexing.extract_num_cpus,
                                 fn_constructor_kwargs={"llm": cfg.llm.model_dump(), "cache_dir": cache_dir})
         seq = 1 + max((int(p.stem.split("-")[1]) for p in shard_dir.glob("shard-*.arrow")), default=0)
-        seen: set[str] = set()
+        # Documents done, counted without keeping their ids: each chunk row is 1/doc_chunks of its document.
+        done = 0.0
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             pop_reports(batch, stages)
             stages.bytes_written += stage_files.write_table(shard_dir / f"shard-{seq:06d}.arrow",
                                                             _shard(batch, extract))
             seq += 1
-            new = set(batch["doc_id"].tolist()) - seen
-            seen |= new
-            bar.update(len(new))
+            done += float(np.sum(1.0 / batch["doc_chunks"]))
+            bar.update(round(done) - bar.done)
 
 
 def embed_actors(cfg: HygraphConfig, text_bytes: Sequence[int], todo: int) -> int:
