@@ -156,7 +156,8 @@ class RayCluster:
         out = self.run([sys.executable, "-c", code], timeout=120)
         if out.returncode != 0:
             raise RuntimeError(f"ray.nodes() failed: {out.stderr[-2000:]}")
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        # Ray may print warnings (lagging heartbeats, ...) to stdout too: the answer is the line that is a list.
+        return json.loads(next(line for line in reversed(out.stdout.splitlines()) if line.startswith("[")))
 
     def wait_nodes(self, workers: int) -> list[dict[str, Any]]:
         """Wait until the head and `workers` worker nodes are alive; the nodes then."""

@@ -37,7 +37,8 @@ def cluster():
 def _build(cluster: RayCluster, args: list[str]) -> dict:
     out = cluster.run([*HYGRAPH, *args], env=cli_env(**BUILD_ENV), cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-4000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    # The summary is the last line that is an object (Ray may print warnings to stdout under load).
+    return json.loads(next(line for line in reversed(out.stdout.splitlines()) if line.startswith("{")))
 
 
 def _wait(what: str, ready, proc, log: Path, timeout_s: float = 300) -> None:
