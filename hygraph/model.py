@@ -10,9 +10,12 @@ import hashlib
 import json
 import re
 import unicodedata
+from array import array
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+
+import numpy as np
 
 from hygraph.errors import InputError
 from hygraph.input_rules import check_id, check_metadata, check_nonblank_text, check_text, preview
@@ -249,10 +252,10 @@ class CorpusSpan:
 @dataclass(frozen=True)
 class CorpusScan:
     """What a build's driver keeps of a corpus file once every line is validated: counts and byte spans for
-    sharded reads (`read_span`), never the texts."""
+    sharded reads (`read_span`), never the texts or the ids (4 bytes a document)."""
 
     path: str
-    text_bytes: tuple[int, ...]  # each document's full text in UTF-8 bytes, in file order
+    text_bytes: np.ndarray  # uint32: each document's full text in UTF-8 bytes, in file order
     spans: tuple[CorpusSpan, ...]
 
     @property
@@ -262,12 +265,20 @@ class CorpusScan:
 
 def scan_corpus(path: str | Path, span_documents: int = 256, ids: set[str] | None = None) -> CorpusScan:
     """Validate a corpus file in one streaming pass (the checks of `load_corpus`) and cut it into spans of
-    about `span_documents` documents; `ids`, when given, receives every document id."""
-    sizes: list[int] = []
+    about `span_documents` documents; `ids`, when given, receives every document id.
+
+    Duplicate ids are found without holding the ids: each id's 64-bit hash is kept (8 bytes a document,
+    dropped on return), and only when two hashes are equal does a second pass compare those ids."""
+    sizes, hashes = array("I"), array("Q")
     spans: list[CorpusSpan] = []
     start, first, count = 0, 1, 0
-    for lineno, end, doc in _corpus_documents(path):
-        sizes.append(len(doc.full_text.encode()))
+    for lineno, end, row in _jsonl_rows(path):
+        doc = document_from_dict(row, f"{path}:{lineno}")
+        size = len(doc.full_text.encode())
+        if size > _MAX_SCANNED_BYTES:
+            raise InputError(f"{path}:{lineno}: a document of {size:,} bytes; at most {_MAX_SCANNED_BYTES:,}")
+        sizes.append(size)
+        hashes.append(_id_hash(doc.id))
         if ids is not None:
             ids.add(doc.id)
         count += 1
@@ -278,7 +289,33 @@ def scan_corpus(path: str | Path, span_documents: int = 256, ids: set[str] | Non
         spans.append(CorpusSpan(start, Path(path).stat().st_size, first))
     if not sizes:
         raise InputError(f"{path}: no documents")
-    return CorpusScan(str(path), tuple(sizes), tuple(spans))
+    ordered = np.sort(np.frombuffer(hashes, dtype=np.uint64))
+    del hashes
+    clashes = ordered[1:][ordered[1:] == ordered[:-1]]
+    del ordered
+    if len(clashes):
+        _refuse_duplicate_ids(path, {int(h) for h in clashes})
+    return CorpusScan(str(path), np.frombuffer(sizes, dtype=np.uint32), tuple(spans))
+
+
+_MAX_SCANNED_BYTES = 2**32 - 1  # the scan keeps document sizes as uint32
+
+
+def _id_hash(doc_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+def _refuse_duplicate_ids(path: str | Path, clashing: set[int]) -> None:
+    """Second pass over the documents whose id hashes clash: the first id seen twice is an InputError naming
+    both lines (hashes of different ids may clash too; those pass)."""
+    seen: dict[str, int] = {}
+    for lineno, _, row in _jsonl_rows(path):
+        doc = document_from_dict(row, f"{path}:{lineno}")
+        if _id_hash(doc.id) not in clashing:
+            continue
+        if doc.id in seen:
+            raise InputError(f"{path}:{lineno}: duplicate id '{preview(doc.id)}' (first at line {seen[doc.id]})")
+        seen[doc.id] = lineno
 
 
 def read_span(path: str | Path, span: CorpusSpan) -> list[Document]:

@@ -51,7 +51,7 @@ def test_a_scanned_corpus_read_in_spans_is_the_loaded_corpus(tmp_path):
     scan = scan_corpus(p, span_documents=2)
     docs = load_corpus(p)
     assert [d.text for d in docs] == ["x\u2028y\u2029z", "é", "no id", "last, no newline"]
-    assert scan.documents == 4 and scan.text_bytes == tuple(len(d.full_text.encode()) for d in docs)
+    assert scan.documents == 4 and scan.text_bytes.tolist() == [len(d.full_text.encode()) for d in docs]
     assert [(s.start, s.first_line) for s in scan.spans][0] == (0, 1) and scan.spans[-1].end == p.stat().st_size
     assert [s.first_line for s in scan.spans] == [1, 5]
     assert [d for s in scan.spans for d in read_span(p, s)] == docs
@@ -66,10 +66,28 @@ def test_a_corpus_scan_names_the_bad_line(tmp_path):
     with pytest.raises(InputError, match=r"c\.jsonl:2: not valid UTF-8"):
         scan_corpus(p)
     p.write_bytes(b'{"id":"a","text":"ok"}\n{"id":"a","text":"again"}\n')
-    with pytest.raises(InputError, match=r"c\.jsonl:2: duplicate id 'a'"):
+    with pytest.raises(InputError, match=r"c\.jsonl:2: duplicate id 'a' \(first at line 1\)"):
+        scan_corpus(p)
+    # Among many ids, the duplicate is named at its second line, after the hashes found the clash.
+    rows = [{"id": f"doc-{i}", "text": "t"} for i in range(1000)] + [{"id": "doc-417", "text": "again"}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match=r"c\.jsonl:1001: duplicate id 'doc-417' \(first at line 418\)"):
         scan_corpus(p)
     p.write_bytes(b"\n \n")
     with pytest.raises(InputError, match="no documents"):
+        scan_corpus(p)
+
+
+def test_ids_whose_hashes_clash_are_compared_whole(tmp_path, monkeypatch):
+    # A deliberately weak hash (the id's length) makes distinct ids clash: the second pass compares them
+    # whole, passes distinct ones and still names a real duplicate.
+    import hygraph.model as model
+
+    monkeypatch.setattr(model, "_id_hash", len)
+    p = _write(tmp_path / "c.jsonl", [{"id": i, "text": "t"} for i in ("ab", "cd", "ef", "x")])
+    assert scan_corpus(p).documents == 4
+    p = _write(tmp_path / "c.jsonl", [{"id": i, "text": "t"} for i in ("ab", "cd", "x", "cd")])
+    with pytest.raises(InputError, match=r"c\.jsonl:4: duplicate id 'cd' \(first at line 2\)"):
         scan_corpus(p)
 
 

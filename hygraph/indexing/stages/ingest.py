@@ -183,13 +183,18 @@ def build(cfg: HygraphConfig, corpus: CorpusScan, stages: Stages, extract: bool,
             bar.update(round(done) - bar.done)
 
 
-def embed_actors(cfg: HygraphConfig, text_bytes: Sequence[int], todo: int) -> int:
+def embed_actors(cfg: HygraphConfig, text_bytes: Sequence[int] | np.ndarray, todo: int) -> int:
     """`embedder.pool_size`, or fewer when the documents cannot fill that many batches: Ray Data starts
     every actor (a model load each) before the first batch, and a small build has one batch to embed.
     A text has at most one token per UTF-8 byte, which bounds its chunks (`todo` of the documents are
-    streamed; the bound counts the largest ones)."""
+    streamed; the bound counts the largest ones, and stops once they fill every actor's batch)."""
     size, overlap = cfg.chunking.size_tokens, cfg.chunking.overlap_tokens
-    most = sum(len(token_windows(n, size, overlap)) for n in sorted(text_bytes, reverse=True)[:todo])
+    enough = cfg.embedder.pool_size * cfg.indexing.batch_size
+    most = 0
+    for n in np.sort(np.asarray(text_bytes, dtype=np.int64))[::-1][:todo]:
+        most += len(token_windows(int(n), size, overlap))
+        if most >= enough:
+            break
     return max(1, min(cfg.embedder.pool_size, -(-most // cfg.indexing.batch_size)))
 
 
