@@ -134,9 +134,9 @@ def cmd_insert(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.updater.client import submit
     from hygraph.model import load_corpus
 
-    docs = load_corpus(args.corpus)
-    payload = {"documents": [{"id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata} for d in docs]}
-    return submit(cfg, args.index_dir, "insert", payload)
+    from hygraph.store.journal import InsertDocuments
+
+    return submit(cfg, args.index_dir, InsertDocuments(tuple(load_corpus(args.corpus))))
 
 
 def cmd_delete(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -145,7 +145,9 @@ def cmd_delete(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     ids = [i.strip() for i in args.ids.split(",") if i.strip()]
     if not ids:
         raise InputError("--ids: no document id given")
-    out = submit(cfg, args.index_dir, "delete", {"ids": ids})
+    from hygraph.store.journal import DeleteDocuments
+
+    out = submit(cfg, args.index_dir, DeleteDocuments(tuple(ids)))
     return {"version": out["version"], "documents_removed": out["documents_removed"],
             "summaries_rebuilt": out["summaries_rebuilt"], "seconds": out["seconds"],
             "chunks_removed": out["chunks_removed"], "llm_calls": out["llm_calls"], "compaction": out["compaction"]}

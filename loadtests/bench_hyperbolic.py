@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from hygraph.updater.publisher import IndexUpdater
+from hygraph.updater.index_updater import IndexUpdater
 from hygraph.config import load_config
 from hygraph.engine import QueryEngine
 from hygraph.model import load_questions
@@ -59,21 +59,21 @@ def in_process(index_dir: Path, questions: list[str]) -> dict[str, Any]:
         for i, q in enumerate(questions):
             vec = engine.embedder.encode([q])[0]
             sub = engine.retrieve(q, vec, "hyperbolic", cfg.retrieval.top_k).notes["implicit_subgraph"]
-            updater.observe(sub, vec)
-            before = updater.learner.steps
+            updater.learning.observe(sub, vec)
+            before = updater.learning.learner.steps
             t0 = time.perf_counter()
-            [s] = updater.learn(max_steps=1)
+            [s] = updater.learning.learn(max_steps=1)
             learn_s.append(time.perf_counter() - t0)
-            assert updater.learner.steps == before + 1
+            assert updater.learning.learner.steps == before + 1
             step_s.append(s)
             edges.append(len(sub["edges"]))
             if (i + 1) % 20 == 0:
                 print(f"[bench] {i + 1}/{len(questions)} steps, median {np.median(step_s) * 1e3:.1f} ms",
                       file=sys.stderr, flush=True)
         n_chunks = updater.store.manifest().counts["chunks"]
-        updater.request_recalibration()
+        updater.learning.request_recalibration()
         t0 = time.perf_counter()
-        while (published := updater.recalibrate_step()) is None:
+        while (published := updater.learning.recalibrate_step()) is None:
             time.sleep(0.05)
         total = time.perf_counter() - t0
         return {"chunks": n_chunks, "queries": len(questions), "subgraph_edges": _pcts(edges, 1),

@@ -141,15 +141,15 @@ def memory(pid: int | None = None) -> dict[str, float]:
 
 def role_updates(index_dir: str, docs: str) -> dict[str, Any]:
     """Single-document inserts (served step, then the deferred summaries), then deletes of the same documents."""
-    from hygraph.updater.publisher import IndexUpdater
-    from hygraph.store.journal import Journal
+    from hygraph.updater.index_updater import IndexUpdater
+    from hygraph.store.journal import Journal, request_of
 
     cfg = load_config(None)
     journal = Journal(index_dir)
     t0 = time.perf_counter()
     updater = IndexUpdater(cfg, index_dir)
     updater.applier.embedder.encode(["warm up"])
-    updater.load()  # the load on start, timed apart from the applies
+    updater.publisher.load()  # the load on start, timed apart from the applies
     load_s = time.perf_counter() - t0
     rows = [json.loads(line) for line in open(docs)]
     out: dict[str, Any] = {"load_s": round(load_s, 2), "insert": [], "summaries": [], "delete": []}
@@ -161,7 +161,7 @@ def role_updates(index_dir: str, docs: str) -> dict[str, Any]:
     # As the serving updater runs them: a batch with its vector writes and publish, summaries deferred.
     try:
         for row in rows:
-            journal.append("insert", {"documents": [{**row, "metadata": {}}]})
+            journal.append(request_of("insert", {"documents": [{**row, "metadata": {}}]}))
             served, served_s = timed(lambda: updater.step(defer_summaries=True))
             summarized, summarized_s = timed(updater.summarize_pending)
             out["insert"].append({"seconds": served_s, "stages_s": served["seconds"],
@@ -169,12 +169,12 @@ def role_updates(index_dir: str, docs: str) -> dict[str, Any]:
             out["summaries"].append({"seconds": summarized_s, "stages_s": summarized["seconds"],
                                      "bytes": summarized["bytes_written"], "rebuilt": summarized["summaries_rebuilt"]})
         for row in rows:
-            journal.append("delete", {"ids": [row["id"]]})
+            journal.append(request_of("delete", {"ids": [row["id"]]}))
             gone, gone_s = timed(lambda: updater.step(defer_summaries=True))
             out["delete"].append({"seconds": gone_s, "stages_s": gone["seconds"], "bytes": gone["bytes_written"],
                                   "rebuilt": gone["summaries_rebuilt"]})
         out["memory"] = memory()
-        compacted = updater.compact()
+        compacted = updater.compactor.compact()
         out["compaction"] = compacted
     finally:
         updater.close()

@@ -19,12 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from hygraph.updater.publisher import IndexUpdater
+from hygraph.updater.index_updater import IndexUpdater
 from hygraph.config import load_config
 from hygraph.eval.runner import run_eval
 from hygraph.indexing.build import build_index
 from hygraph.model import load_corpus, load_questions
-from hygraph.store.journal import Journal
+from hygraph.store.journal import Journal, request_of
 
 
 def _write(path: Path, rows: list[dict]) -> Path:
@@ -33,7 +33,7 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 
 def _insert(cfg, index_dir: Path, rows: list[dict]) -> dict:  # noqa: ANN001
-    Journal(index_dir).append("insert", {"documents": rows})
+    Journal(index_dir).append(request_of("insert", {"documents": rows}))
     updater = IndexUpdater(cfg, index_dir)
     try:
         t0 = time.perf_counter()

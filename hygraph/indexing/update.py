@@ -27,7 +27,7 @@ from hygraph.indexing.state import IndexState
 from hygraph.model import Chunk, Document
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, HYPEREDGES, RELATIONS, SUMMARIES, ChunkRow,
                                      DocumentRow, metadata_text)
-from hygraph.store.journal import Job
+from hygraph.store.journal import DeleteDocuments, InsertDocuments, Job
 from hygraph.store.manifest import PendingChunks, PendingSummaries
 from hygraph.store.versions import IndexStore, Version
 
@@ -80,9 +80,8 @@ def fold_jobs(jobs: Sequence[Job], present: Mapping[str, Document]) -> Batch:
     for job in jobs:
         batch.job_ids.append(job.job_id)
         batch.end_offset = job.end_offset
-        if job.op == "insert":
-            for row in job.payload["documents"]:
-                doc = Document(row["id"], row["text"], row.get("title", ""), row.get("metadata") or {})
+        if isinstance(job.request, InsertDocuments):
+            for doc in job.request.documents:
                 if is_live(doc.id) and doc.id not in batch.add and _same(present.get(doc.id), doc):
                     continue
                 if is_live(doc.id) and doc.id in present:
@@ -90,8 +89,8 @@ def fold_jobs(jobs: Sequence[Job], present: Mapping[str, Document]) -> Batch:
                 batch.add[doc.id] = doc
                 batch.added_by[doc.id] = job.job_id
                 live[doc.id] = True
-        else:
-            for doc_id in job.payload["ids"]:
+        elif isinstance(job.request, DeleteDocuments):
+            for doc_id in job.request.ids:
                 if doc_id in batch.add:
                     del batch.add[doc_id]
                 if doc_id in present:

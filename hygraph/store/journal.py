@@ -1,7 +1,8 @@
 """The ingest journal: every acknowledged write, appended and fsynced before the 202 is sent.
 
-One JSON line per job in `<index>/journal/journal.jsonl`. A job's position is the byte
-offset just past its line; the updater records the offset it has applied up to in each
+One JSON line per job in `<index>/journal/journal.jsonl`, holding a typed request (`InsertDocuments`
+or `DeleteDocuments`): the one form in which the routes, the CLI and the updater see a write. A job's
+position is the byte offset just past its line; the updater records the offset it has applied up to in each
 version's manifest (`journal_offset`), so a job is done exactly when a version's offset
 reaches it, and a restart replays the lines after the current version's offset
 (ARCHITECTURE.md §7). Appends from several processes are serialised with an advisory lock.
@@ -18,10 +19,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, ClassVar, Iterator, Literal
 
 from hygraph.errors import InputError, StoreError
 from hygraph.input_rules import check_id, check_metadata, check_nonblank_text, check_text, preview
+from hygraph.model import Document
 from hygraph.store.manifest import Manifest
 
 Op = Literal["insert", "delete", "invalid"]
@@ -30,7 +32,7 @@ _JOB_ID = re.compile(r"^[0-9a-f]{32}$")  # a failed job's recorded error: one bo
 
 
 def check_payload(op: str, payload: dict[str, Any]) -> None:
-    """The input rules on a job before it is recorded: the journal holds nothing the updater would choke on."""
+    """The input rules on a journal line's fields: the journal holds nothing the updater would choke on."""
     if op == "insert":
         for i, doc in enumerate(payload.get("documents") or []):
             where = f"documents.{i}"
@@ -43,6 +45,50 @@ def check_payload(op: str, payload: dict[str, Any]) -> None:
             check_id(doc_id, f"ids.{i}")
     else:
         raise InputError(f"op: unknown journal operation {preview(str(op))}")
+
+
+@dataclass(frozen=True)
+class InsertDocuments:
+    """Add documents, or replace those with the same id."""
+
+    documents: tuple[Document, ...]
+    op: ClassVar[Op] = "insert"
+
+    def payload(self) -> dict[str, Any]:
+        return {"documents": [{"id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata}
+                              for d in self.documents]}
+
+
+@dataclass(frozen=True)
+class DeleteDocuments:
+    """Remove the documents with these ids."""
+
+    ids: tuple[str, ...]
+    op: ClassVar[Op] = "delete"
+
+    def payload(self) -> dict[str, Any]:
+        return {"ids": list(self.ids)}
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A journal line that is not a well-formed job (written by hand, or by a version without the input
+    rules): the updater marks it failed and moves past it."""
+
+    error: str
+    op: ClassVar[Op] = "invalid"
+
+
+Request = InsertDocuments | DeleteDocuments
+
+
+def request_of(op: str, payload: dict[str, Any]) -> Request:
+    """A journal line's fields as a typed request, under the input rules (InputError naming the field)."""
+    check_payload(op, payload)
+    if op == "insert":
+        return InsertDocuments(tuple(Document(d["id"], d["text"], d.get("title", ""), d.get("metadata") or {})
+                                     for d in payload.get("documents") or []))
+    return DeleteDocuments(tuple(payload.get("ids") or []))
 
 
 def bounded_error(text: str) -> str:
@@ -64,10 +110,10 @@ def job_error(exc: BaseException) -> str:
 @dataclass(frozen=True)
 class Job:
     job_id: str
-    op: Op
+    request: Request | Malformed | None  # None: a status lookup's record, read without its documents
     end_offset: int  # byte offset just past this job's line
-    payload: dict[str, Any]
     accepted_at: float
+    op: Op  # the request's, kept in a status lookup's record too
 
 
 class Journal:
@@ -77,15 +123,16 @@ class Journal:
         self._indexed_to = 0
         self._index_lock = threading.Lock()
 
-    def append(self, op: Op, payload: dict[str, Any]) -> Job:
+    def append(self, request: Request) -> Job:
         """Durably record one job; returns only after the line and its directory entry are on disk.
 
-        The payload is checked against the input rules first (InputError naming the field)."""
-        check_payload(op, payload)
+        The request is checked against the input rules first (InputError naming the field)."""
+        payload = request.payload()
+        check_payload(request.op, payload)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         job_id = uuid.uuid4().hex
         accepted_at = time.time()
-        line = json.dumps({"job_id": job_id, "op": op, "accepted_at": accepted_at, **payload},
+        line = json.dumps({"job_id": job_id, "op": request.op, "accepted_at": accepted_at, **payload},
                           ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -103,7 +150,7 @@ class Journal:
                 os.close(dir_fd)
         except OSError as exc:
             raise StoreError(f"journal {self.path}: could not record the write: {exc.strerror}") from None
-        return Job(job_id, op, end, payload, accepted_at)
+        return Job(job_id, request, end, accepted_at, request.op)
 
     def jobs(self, after_offset: int = 0) -> Iterator[Job]:
         """Complete jobs whose line starts at or after `after_offset`, in order.
@@ -126,8 +173,8 @@ class Journal:
         appended since."""
         with self._index_lock:
             for job in self.jobs(self._indexed_to):
-                # Status needs no payload: the index stays small however much text was journaled.
-                self._index[job.job_id] = Job(job.job_id, job.op, job.end_offset, {}, job.accepted_at)
+                # Status needs no documents: the index stays small however much text was journaled.
+                self._index[job.job_id] = Job(job.job_id, None, job.end_offset, job.accepted_at, job.op)
                 self._indexed_to = job.end_offset
             return self._index.get(job_id)
 
@@ -180,9 +227,9 @@ class Journal:
         for job in self.jobs(applied_offset):
             if job.job_id in failed:
                 continue
-            if job.op == "insert" and any(d.get("id") == doc_id for d in job.payload["documents"]):
+            if isinstance(job.request, InsertDocuments) and any(d.id == doc_id for d in job.request.documents):
                 held = True
-            elif job.op == "delete" and doc_id in job.payload["ids"]:
+            elif isinstance(job.request, DeleteDocuments) and doc_id in job.request.ids:
                 held = False
         return held
 
@@ -209,11 +256,11 @@ def _parse(raw: bytes, offset: int) -> Job:
     try:
         rec = json.loads(raw)
         job_id, op, accepted_at = str(rec.pop("job_id")), rec.pop("op"), float(rec.pop("accepted_at"))
-        check_payload(op, rec)
-        return Job(job_id, op, offset, rec, accepted_at)
+        request = request_of(op, rec)
+        return Job(job_id, request, offset, accepted_at, request.op)
     except (ValueError, KeyError, TypeError, AttributeError, InputError) as exc:
         reason = bounded_error(str(exc)) if isinstance(exc, InputError) else "not a well-formed job"
-        return Job(_job_id(raw) or f"offset-{offset}", "invalid", offset, {"error": reason}, 0.0)
+        return Job(_job_id(raw) or f"offset-{offset}", Malformed(reason), offset, 0.0, "invalid")
 
 
 def _job_id(raw: bytes) -> str | None:

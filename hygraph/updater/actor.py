@@ -1,6 +1,6 @@
-"""The OnlineUpdater: the named, detached Ray actor around the publisher that `hygraph serve` starts.
+"""The OnlineUpdater: the named, detached Ray actor around the index's updater that `hygraph serve` starts.
 
-It polls the journal every `updates.poll_s` and applies what is pending (updater/publisher.py),
+It polls the journal every `updates.poll_s` and applies what is pending (updater/index_updater.py),
 then, journal first: deferred summaries, a finished or due hyperbolic recalibration, HyperRAG
 L_inc steps for observed queries, and compaction when nothing else is waiting. An updater file
 lock keeps a second writer (another actor, a CLI insert) out.
@@ -27,7 +27,7 @@ from hygraph.store.journal import bounded_error
 from hygraph.store.versions import IndexStore
 
 if TYPE_CHECKING:  # the update path (models, torch) is imported in the actor, not where it is started
-    from hygraph.updater.publisher import IndexUpdater
+    from hygraph.updater.index_updater import IndexUpdater
 
 log = logging.getLogger("hygraph.updater")
 
@@ -99,7 +99,7 @@ class OnlineUpdater:
         """A named index's updater, idle for `updates.named_idle_stop_s`, ends its actor (True) unless a job
         was journaled meanwhile."""
         idle_stop = self.cfg.updates.named_idle_stop_s
-        if (not self.create_empty or idle_stop <= 0 or self.updater is None or self.updater.recalibrating
+        if (not self.create_empty or idle_stop <= 0 or self.updater is None or self.updater.learning.recalibrating
                 or time.monotonic() - self._idle_since < idle_stop):
             return False
         with self._stopping_lock:
@@ -128,7 +128,7 @@ class OnlineUpdater:
 
     def _reconnect(self) -> None:
         try:
-            self.updater.reconnect()
+            self.updater.publisher.reconnect()
             log.info("reconnected to the vector store")
         except Exception as exc:  # noqa: BLE001 - still down: the next deferred round tries again
             self.last_error = bounded_error(f"{type(exc).__name__}: {exc}")
@@ -145,7 +145,7 @@ class OnlineUpdater:
 
                 log.info("index %s: writing its empty first version", self.index_dir)
                 create_empty_index(self.cfg, self.index_dir)
-            from hygraph.updater.publisher import IndexUpdater
+            from hygraph.updater.index_updater import IndexUpdater
 
             self.updater = IndexUpdater(self.cfg, self.index_dir)
         defer = self.cfg.updates.defer_summaries_s > 0
@@ -164,19 +164,20 @@ class OnlineUpdater:
             return True
         if self._summarize():
             return True
-        recalibrated = self.updater.recalibrate_step()
+        recalibrated = self.updater.learning.recalibrate_step()
         if recalibrated is not None:
             self.last_result = recalibrated
             self.steps.inc(tags={"kind": "recalibrated"})
             self.version.set(recalibrated["version"])
             return True
-        seconds = self.updater.learn(max_steps=LEARN_STEPS_PER_ROUND) if self.cfg.updates.online_learning else []
+        online = self.cfg.updates.online_learning
+        seconds = self.updater.learning.learn(max_steps=LEARN_STEPS_PER_ROUND) if online else []
         for s in seconds:
             self.steps.inc(tags={"kind": "online"})
             self.step_seconds.observe(s)
         if seconds:
             return True
-        compacted = self.updater.compact()
+        compacted = self.updater.compactor.compact()
         if compacted is not None:
             self.last_result = compacted
             self.steps.inc(tags={"kind": "compacted"})
@@ -205,21 +206,21 @@ class OnlineUpdater:
     def observe(self, subgraph: dict[str, Any], query_vec: Any) -> None:
         """Fire and forget from the Retriever: one `hyperbolic` query's implicit subgraph."""
         if self.cfg.updates.online_learning and self.updater is not None:
-            self.updater.observe(subgraph, query_vec)
+            self.updater.learning.observe(subgraph, query_vec)
             self._wake.set()
 
     def recalibrate(self) -> None:
         """On demand: retrain the hyperbolic embeddings now (in the background) instead of at the next N queries."""
         if self.updater is None:
             raise IndexNotReady(f"{self.index_dir} holds no index version to recalibrate")
-        self.updater.request_recalibration()
+        self.updater.learning.request_recalibration()
         self._wake.set()
 
     def status(self) -> dict[str, Any]:
         if self.updater is None:  # loading its models, or no index version yet
             return {"starting": True, "index_version": IndexStore(self.index_dir).current_version(),
                     "last_error": self.last_error}
-        learner = self.updater.learner
+        learner = self.updater.learning.learner
         manifest = self.updater.store.manifest()
         waiting = manifest.summaries_pending
         return {"pending": len(self.updater.pending()), "applied_batches": self.updater.applied_batches,
@@ -230,9 +231,9 @@ class OnlineUpdater:
                 "last_result": self.last_result, "last_error": self.last_error,
                 "online": {"steps": learner.steps, "queued": len(learner.pending), "dropped": learner.dropped,
                            "since_recalibration": learner.since_recalibration,
-                           "recalibrating": self.updater.recalibrating,
-                           "recalibrations": self.updater.recalibrations},
-                "compactions": self.updater.compactions}
+                           "recalibrating": self.updater.learning.recalibrating,
+                           "recalibrations": self.updater.learning.recalibrations},
+                "compactions": self.updater.compactor.compactions}
 
     def stop(self) -> None:
         self._stop.set()

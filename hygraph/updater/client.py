@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from hygraph.updater.jobs import summaries_pending, totals
-from hygraph.updater.publisher import IndexUpdater, UpdaterBusy
+from hygraph.updater.index_updater import IndexUpdater
+from hygraph.updater.publishing import UpdaterBusy
 from hygraph.config import HygraphConfig
 from hygraph.errors import StoreError
-from hygraph.store.journal import Job, Journal
+from hygraph.store.journal import Job, Journal, Request
 from hygraph.store.versions import IndexStore
 
 
-def submit(cfg: HygraphConfig, index_dir: str | Path, op: str, payload: dict[str, Any],
-           wait_s: float = 3600.0) -> dict[str, Any]:
+def submit(cfg: HygraphConfig, index_dir: str | Path, request: Request, wait_s: float = 3600.0) -> dict[str, Any]:
     """Journal the job, then apply it in this process, or wait for the running updater to.
 
     Returns the totals of the versions that applied it (with a server running, the batch that
@@ -26,7 +26,7 @@ def submit(cfg: HygraphConfig, index_dir: str | Path, op: str, payload: dict[str
     store = IndexStore(index_dir)
     store.manifest()  # a clear error when the directory holds no index
     journal = Journal(index_dir)
-    job = journal.append(op, payload)  # type: ignore[arg-type]
+    job = journal.append(request)
     try:
         updater = IndexUpdater(cfg, index_dir)
     except UpdaterBusy:
@@ -38,7 +38,7 @@ def submit(cfg: HygraphConfig, index_dir: str | Path, op: str, payload: dict[str
         if status != "done":
             raise StoreError(f"job {job.job_id} {status}: {error or 'not applied'}")
         # No server compacts this index in the background: do it here when due (same rows, fewer segments).
-        compacted = updater.compact()
+        compacted = updater.compactor.compact()
     finally:
         updater.close()
     return {**totals(results, store.current_version()), "compaction": compacted}

@@ -19,7 +19,7 @@ import pytest
 
 from hygraph.client import Client
 from hygraph.core.retrieval.modes import MODE_NAMES
-from hygraph.store.journal import Journal
+from hygraph.store.journal import DeleteDocuments, InsertDocuments, Journal
 from tests.index_tables import doc_ids
 from tests.integration.conftest import WRITER_KEY
 from tests.sockets import exposed, listening
@@ -55,12 +55,12 @@ def _expected(index_dir: Path, initial: set[str]) -> set[str]:
     failed = journal.failed()
     present = set(initial)
     for job in journal.jobs():
-        if job.job_id in failed or job.op == "invalid":
+        if job.job_id in failed:
             continue
-        if job.op == "insert":
-            present |= {d["id"] for d in job.payload["documents"]}
-        else:
-            present -= set(job.payload["ids"])
+        if isinstance(job.request, InsertDocuments):
+            present |= {d.id for d in job.request.documents}
+        elif isinstance(job.request, DeleteDocuments):
+            present -= set(job.request.ids)
     return present
 
 

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from hygraph.updater.publisher import IndexUpdater
+from hygraph.updater.index_updater import IndexUpdater
 from hygraph.config import load_config
 from hygraph.engine import QueryEngine
 from hygraph.indexing.stages import ingest
 from hygraph.model import Document
 from hygraph.store.artifacts import CHUNKS, DOCUMENTS
-from hygraph.store.journal import Job, Journal
+from hygraph.store.journal import DeleteDocuments, InsertDocuments, Job, Journal
 from hygraph.store.versions import IndexStore
 from tests.integration.conftest import DATA
 
@@ -101,7 +101,7 @@ def test_every_acknowledged_insert_becomes_done_and_retrievable(built_index, liv
     updater, engine = live
     doc = Document(f"prop-{shape}-{size}-{seed}", _text(shape, size, seed), f"{shape} {size}")
     assert len(doc.text.encode()) == size
-    job = Journal(index_dir).append("insert", {"documents": [{"id": doc.id, "title": doc.title, "text": doc.text}]})
+    job = Journal(index_dir).append(InsertDocuments((doc,)))
     updater.run_until_idle()
     assert _status(index_dir, job) == "done", Journal(index_dir).failed().get(job.job_id)
     _assert_retrievable(engine, doc)
@@ -114,13 +114,13 @@ def test_a_one_line_insert_behind_a_large_document_waits_for_one_slice(built_ind
     big = Document("slices-big", _text("tiny_sentences", 40_000 * slice_chunks // 4, 7), "Big")
     assert len(ingest.chunk(updater.cfg, [big])) > 2 * slice_chunks
     journal = Journal(index_dir)
-    big_job = journal.append("insert", {"documents": [{"id": big.id, "title": big.title, "text": big.text}]})
+    big_job = journal.append(InsertDocuments((big,)))
     first = updater.write_step(defer_summaries=True)
     assert first["kind"] == "applied" and first["chunks_added"] == slice_chunks
     assert _status(index_dir, big_job) == "running"
     # A one-line insert arriving while the large document is applied waits for one slice, then its batch.
     small = Document("slices-small", "Kestrel Quayside is a one-line document.", "Small")
-    small_job = journal.append("insert", {"documents": [{"id": small.id, "title": small.title, "text": small.text}]})
+    small_job = journal.append(InsertDocuments((small,)))
     kinds = [updater.write_step(defer_summaries=True)["kind"] for _ in range(2)]
     assert kinds == ["sliced", "applied"]
     assert _status(index_dir, small_job) == "done" and _status(index_dir, big_job) == "running"
@@ -128,8 +128,7 @@ def test_a_one_line_insert_behind_a_large_document_waits_for_one_slice(built_ind
     # A short document batched with a large one is applied whole first, and both end complete.
     other = Document("slices-short", "Marrowgate Fen is a short document.", "Short")
     again = Document("slices-big-2", big.text, "Big again")
-    both = journal.append("insert", {"documents": [{"id": d.id, "title": d.title, "text": d.text}
-                                                   for d in (again, other)]})
+    both = journal.append(InsertDocuments((again, other)))
     updater.run_until_idle()
     assert _status(index_dir, big_job) == "done" and _status(index_dir, both) == "done"
     for doc in (big, again, other):
@@ -144,12 +143,12 @@ def test_a_document_deleted_or_rewritten_between_its_slices_ends_as_the_last_wri
     gone = Document("slices-gone", _text("giant_sentence", size, 3), "Gone")
     again = Document("slices-again", _text("giant_sentence", size, 4), "Again")
     for doc in (gone, again):
-        journal.append("insert", {"documents": [{"id": doc.id, "title": doc.title, "text": doc.text}]})
+        journal.append(InsertDocuments((doc,)))
     assert updater.write_step()["kind"] == "applied"
     assert {p.doc_id for p in IndexStore(index_dir).manifest().chunks_pending} == {gone.id, again.id}
-    journal.append("delete", {"ids": [gone.id]})
+    journal.append(DeleteDocuments((gone.id,)))
     rewritten = Document(again.id, "Again, now one short line about Lake Ohrid.", again.title)
-    journal.append("insert", {"documents": [{"id": again.id, "title": again.title, "text": rewritten.text}]})
+    journal.append(InsertDocuments((rewritten,)))
     updater.run_until_idle()
     version = IndexStore(index_dir).open()
     assert version.manifest.chunks_pending == []

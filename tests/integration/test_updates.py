@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hygraph.updater.jobs import summaries_pending
-from hygraph.updater.publisher import IndexUpdater
+from hygraph.updater.index_updater import IndexUpdater
 from hygraph.config import load_config
 from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.core.hyperbolic import from_storage, init_from_text, poincare_distance
@@ -23,7 +23,7 @@ from hygraph.indexing.assemble import collect_garbage
 from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.artifacts import LEXICAL_CHUNKS
 from hygraph.store import lease
-from hygraph.store.journal import Journal
+from hygraph.store.journal import Journal, request_of
 from hygraph.store.objects import open_objects
 from hygraph.store.versions import IndexStore
 from tests.index_tables import chunk_ids, chunks_of, doc_ids, leaves, summaries
@@ -120,7 +120,7 @@ def test_a_killed_updater_applies_every_document_exactly_once(built_index, tmp_p
     docs = _new_docs(index_dir, 3, skip=5)
     journal = Journal(index_dir)
     for doc in docs[:2]:
-        journal.append("insert", {"documents": [{**doc, "metadata": {}}]})
+        journal.append(request_of("insert", {"documents": [{**doc, "metadata": {}}]}))
     start = IndexStore(index_dir).current_version()
     third = _write(tmp_path / "third.jsonl", docs[2:])
     # A short writer lease: the next run takes it over once the killed one's term is over.
@@ -215,21 +215,21 @@ def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collect
         anchor = init_from_text(vec[None, :], cfg.hyperbolic.dim, cfg.hyperbolic.seed)[0]
         before = read(round1)
 
-        updater.observe(subgraph, vec)
-        assert len(updater.learn(max_steps=8)) == 1
+        updater.learning.observe(subgraph, vec)
+        assert len(updater.learning.learn(max_steps=8)) == 1
         after = read(round1)
         assert engine.store.current_version() == loaded.view.version  # a step publishes no version
-        stored = from_storage(updater.vectors.fetch(loaded.collections["hyperbolic"], round1))
+        stored = from_storage(updater.publisher.vectors.fetch(loaded.collections["hyperbolic"], round1))
         np.testing.assert_allclose(after, stored, atol=1e-5)
         assert np.mean(poincare_distance(after, anchor[None, :])) < np.mean(poincare_distance(before, anchor[None, :]))
 
         old = loaded.collections["hyperbolic"]
         for _ in range(2):
-            updater.observe(subgraph, vec)
-        updater.learn(max_steps=8)
-        assert updater.recalibrate_step() is None and updater.recalibrating
+            updater.learning.observe(subgraph, vec)
+        updater.learning.learn(max_steps=8)
+        assert updater.learning.recalibrate_step() is None and updater.learning.recalibrating
         deadline = time.monotonic() + 300
-        while (published := updater.recalibrate_step()) is None:
+        while (published := updater.learning.recalibrate_step()) is None:
             assert time.monotonic() < deadline, "the recalibration never finished"
             time.sleep(0.1)
         assert published["version"] == loaded.view.version + 1
@@ -244,9 +244,9 @@ def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collect
         # The recalibration's own GC spared the replaced version: `engine` still served it, and its reader lease
         # said so (store/lease.py). Now that it serves the new one, GC removes it (keep_versions=1, no grace).
         served = lease.served_versions(engine.store.objects)
-        assert updater.vectors.exists(old) and engine.version in served and loaded.view.version not in served
-        collect_garbage(cfg, IndexStore(index_dir), updater.vectors)
-        assert not updater.vectors.exists(old)
+        assert updater.publisher.vectors.exists(old) and engine.version in served and loaded.view.version not in served
+        collect_garbage(cfg, IndexStore(index_dir), updater.publisher.vectors)
+        assert not updater.publisher.vectors.exists(old)
         ctx = engine.retrieve(question, vec, "hyperbolic", 5)
         assert ctx.passages and engine.version == published["version"]
     finally:
@@ -270,7 +270,7 @@ def test_served_inserts_are_retrievable_before_their_summaries_and_deletes_never
         before = summaries(index_dir, start)
         jobs = []
         for doc in docs[:2]:
-            jobs.append(journal.append("insert", {"documents": [{**doc, "metadata": {}}]}))
+            jobs.append(journal.append(request_of("insert", {"documents": [{**doc, "metadata": {}}]})))
             out = updater.step(defer_summaries=True)
             assert out["summaries_rebuilt"] == 0 and set(out["llm_calls"]) == {"extract"}
         manifest = store.manifest()
@@ -298,11 +298,11 @@ def test_served_inserts_are_retrievable_before_their_summaries_and_deletes_never
         assert updater.summarize_pending() is None
 
         # A delete does not wait: deleting a pending document and the pending one next to it.
-        journal.append("insert", {"documents": [{**docs[2], "metadata": {}}]})
-        journal.append("insert", {"documents": [{**docs[3], "metadata": {}}]})
+        journal.append(request_of("insert", {"documents": [{**docs[2], "metadata": {}}]}))
+        journal.append(request_of("insert", {"documents": [{**docs[3], "metadata": {}}]}))
         assert updater.step(defer_summaries=True)["summaries_rebuilt"] == 0
         deleted, kept = chunks_of(index_dir, docs[2]["id"]), chunks_of(index_dir, docs[3]["id"])
-        journal.append("delete", {"ids": [docs[2]["id"]]})
+        journal.append(request_of("delete", {"ids": [docs[2]["id"]]}))
         out = updater.step(defer_summaries=True)
         assert out["documents_removed"] == 1
         waiting = store.manifest().summaries_pending
@@ -311,7 +311,7 @@ def test_served_inserts_are_retrievable_before_their_summaries_and_deletes_never
         # A delete of a document the summaries cover takes it out in the delete's own version.
         covered = chunks_of(index_dir, docs[0]["id"])
         assert covered <= leaves(index_dir)
-        journal.append("delete", {"ids": [docs[0]["id"]]})
+        journal.append(request_of("delete", {"ids": [docs[0]["id"]]}))
         out = updater.step(defer_summaries=True)
         assert out["summaries_rebuilt"] > 0 and not covered & leaves(index_dir)
         assert set(store.manifest().summaries_pending.chunks) == kept

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hygraph.store.artifacts import DOCUMENTS, Artifact, DocumentRow, metadata_text
 from hygraph.store.catalog import Catalog
-from hygraph.store.journal import Journal
+from hygraph.store.journal import Journal, request_of
 from hygraph.store.manifest import HierarchyInfo, Manifest
 from hygraph.store.versions import IndexStore
 
@@ -74,12 +74,12 @@ def test_metadata_is_returned_and_a_version_written_before_the_column_reads_it_a
 
 def test_queued_inserts_count_as_held_and_queued_deletes_do_not(tmp_path):
     journal = Journal(tmp_path)
-    first = journal.append("insert", {"documents": [{"id": "new", "text": "t"}]})
+    first = journal.append(request_of("insert", {"documents": [{"id": "new", "text": "t"}]}))
     assert journal.holds_after("new", 0, held=False)
     assert not journal.holds_after("new", first.end_offset, held=False)  # applied already: the version decides
-    journal.append("delete", {"ids": ["old"]})
+    journal.append(request_of("delete", {"ids": ["old"]}))
     assert not journal.holds_after("old", 0, held=True) and journal.holds_after("other", 0, held=True)
-    failed = journal.append("insert", {"documents": [{"id": "bad", "text": "t"}]})
+    failed = journal.append(request_of("insert", {"documents": [{"id": "bad", "text": "t"}]}))
     journal.mark_failed(failed.job_id, "could not apply")
     assert not journal.holds_after("bad", 0, held=False)
     assert journal.pending(0) == 2 and journal.pending(first.end_offset) == 1

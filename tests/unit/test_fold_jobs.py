@@ -2,15 +2,15 @@ import pytest
 
 from hygraph.indexing.update import fold_jobs, slice_pending, summary_slice
 from hygraph.model import Document
-from hygraph.store.journal import Job
+from hygraph.store.journal import DeleteDocuments, InsertDocuments, Job
 
 
 def _insert(n: int, doc_id: str, text: str) -> Job:
-    return Job(f"j{n}", "insert", n * 10, {"documents": [{"id": doc_id, "title": "", "text": text}]}, 0.0)
+    return Job(f"j{n}", InsertDocuments((Document(doc_id, text),)), n * 10, 0.0, "insert")
 
 
 def _delete(n: int, doc_id: str) -> Job:
-    return Job(f"j{n}", "delete", n * 10, {"ids": [doc_id]}, 0.0)
+    return Job(f"j{n}", DeleteDocuments((doc_id,)), n * 10, 0.0, "delete")
 
 
 def test_fold_jobs_replays_in_order():
@@ -27,9 +27,9 @@ def test_fold_jobs_replays_in_order():
 
 def test_a_re_sent_text_with_new_metadata_replaces_the_document():
     present = {"a": Document("a", "text", metadata={"n": 1}), "b": Document("b", "text", metadata={"n": 1})}
-    jobs = [Job("j1", "insert", 10, {"documents": [
-        {"id": "a", "text": "text", "metadata": {"n": 1}},  # the same text and metadata: nothing to do
-        {"id": "b", "text": "text", "metadata": {"n": True}}]}, 0.0)]  # true is not 1: replaced
+    jobs = [Job("j1", InsertDocuments((
+        Document("a", "text", metadata={"n": 1}),  # the same text and metadata: nothing to do
+        Document("b", "text", metadata={"n": True}))), 10, 0.0, "insert")]  # true is not 1: replaced
     batch = fold_jobs(jobs, present)
     assert set(batch.add) == {"b"} and batch.remove == {"b"} and batch.add["b"].metadata == {"n": True}
 

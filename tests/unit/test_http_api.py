@@ -56,8 +56,8 @@ class StubGateway:
     async def admit_insert(self, tenant: Any, documents: int) -> None:
         return None
 
-    def _append(self, op: str, payload: dict) -> Any:
-        self.appended.append((op, payload))
+    def _append(self, request: Any) -> Any:  # the journal's: a typed request, recorded as its journal line
+        self.appended.append((request.op, request.payload()))
         return SimpleNamespace(job_id="a" * 32)
 
     def request(self, tenant: Any, question: str, mode: Any, k: Any, min_version: Any = None, flt: Any = None) -> Any:

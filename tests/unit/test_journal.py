@@ -3,17 +3,20 @@ from __future__ import annotations
 import pytest
 
 from hygraph.errors import InputError, StoreError
-from hygraph.store.journal import MAX_ERROR_CHARS, Journal, job_error
+from hygraph.model import Document
+from hygraph.store.journal import (MAX_ERROR_CHARS, DeleteDocuments, InsertDocuments, Journal, Malformed, job_error,
+                                     request_of)
 
 
 def test_jobs_are_appended_in_order_with_growing_offsets(tmp_path):
     j = Journal(tmp_path)
-    a = j.append("insert", {"documents": [{"id": "d1", "text": "one"}]})
-    b = j.append("delete", {"ids": ["d1"]})
+    a = j.append(request_of("insert", {"documents": [{"id": "d1", "text": "one"}]}))
+    b = j.append(request_of("delete", {"ids": ["d1"]}))
     assert 0 < a.end_offset < b.end_offset == j.path.stat().st_size
     jobs = list(j.jobs())
     assert [(x.job_id, x.op) for x in jobs] == [(a.job_id, "insert"), (b.job_id, "delete")]
-    assert jobs[0].payload == {"documents": [{"id": "d1", "text": "one"}]}
+    assert jobs[0].request == InsertDocuments((Document("d1", "one"),))
+    assert jobs[1].request == DeleteDocuments(("d1",))
     assert [x.job_id for x in j.jobs(after_offset=a.end_offset)] == [b.job_id]
     assert j.find(b.job_id).end_offset == b.end_offset
     assert j.find("missing") is None
@@ -21,7 +24,7 @@ def test_jobs_are_appended_in_order_with_growing_offsets(tmp_path):
 
 def test_a_torn_last_line_is_not_a_job(tmp_path):
     j = Journal(tmp_path)
-    a = j.append("insert", {"documents": []})
+    a = j.append(request_of("insert", {"documents": []}))
     with j.path.open("ab") as fh:
         fh.write(b'{"job_id": "torn", "op": "ins')
     assert [x.job_id for x in j.jobs()] == [a.job_id]
@@ -31,35 +34,37 @@ def test_an_empty_journal_has_no_jobs(tmp_path):
     assert list(Journal(tmp_path).jobs()) == []
 
 
-def test_payloads_are_checked_before_anything_is_written(tmp_path):
+def test_requests_are_checked_before_anything_is_written(tmp_path):
     j = Journal(tmp_path)
-    for op, payload, field in [
-        ("insert", {"documents": [{"id": "a\nb", "text": "x"}]}, "documents.0.id"),
-        ("insert", {"documents": [{"id": "ok", "text": "Oahu \ud800 luau"}]}, "documents.0.text"),
-        ("insert", {"documents": [{"id": "ok", "text": "x", "metadata": {"k": "\x00"}}]}, "documents.0.metadata"),
-        ("delete", {"ids": ["x" * 300]}, "ids.0"),
-        ("truncate", {}, "op"),
+    for request, field in [
+        (InsertDocuments((Document("ok", "x"), Document("a\nb", "x"))), "documents.1.id"),
+        (InsertDocuments((Document("ok", "Oahu \ud800 luau"),)), "documents.0.text"),
+        (InsertDocuments((Document("ok", "x", metadata={"k": "\x00"}),)), "documents.0.metadata"),
+        (DeleteDocuments(("x" * 300,)), "ids.0"),
     ]:
         with pytest.raises(InputError, match=field):
-            j.append(op, payload)
+            j.append(request)
+    with pytest.raises(InputError, match="op"):
+        request_of("truncate", {})
     assert not j.path.exists()
-    hostile = j.append("insert", {"documents": [{"id": "zz'] or id not in ['", "text": "D'Arcy"}]})
-    assert [x.payload for x in j.jobs()] == [hostile.payload]
+    hostile = j.append(request_of("insert", {"documents": [{"id": "zz'] or id not in ['", "text": "D'Arcy"}]}))
+    assert [x.request for x in j.jobs()] == [hostile.request]
 
 
 def test_a_malformed_line_becomes_an_invalid_job_and_later_jobs_still_parse(tmp_path):
     """Lines written by hand or by a version without the input rules must never stop the reader."""
     j = Journal(tmp_path)
-    a = j.append("insert", {"documents": [{"id": "d1", "text": "one"}]})
+    a = j.append(request_of("insert", {"documents": [{"id": "d1", "text": "one"}]}))
     with j.path.open("ab") as fh:
         fh.write(b'{"job_id": "' + b"f" * 32
                  + b'", "op": "insert", "accepted_at": 1, "documents": [{"id": "a\\nb", "text": "x"}]}\n')
         fh.write(b"not json at all\n")
         fh.write(b'{"job_id": 7}\n')
-    b = j.append("delete", {"ids": ["d1"]})
+    b = j.append(request_of("delete", {"ids": ["d1"]}))
     jobs = list(j.jobs())
     assert [x.op for x in jobs] == ["insert", "invalid", "invalid", "invalid", "delete"]
-    assert jobs[1].job_id == "f" * 32 and "documents.0.id" in jobs[1].payload["error"]
+    assert jobs[1].job_id == "f" * 32 and isinstance(jobs[1].request, Malformed)
+    assert "documents.0.id" in jobs[1].request.error
     assert jobs[2].job_id.startswith("offset-") and jobs[3].job_id.startswith("offset-")
     assert (jobs[0].job_id, jobs[-1].job_id) == (a.job_id, b.job_id)
     assert j.find(b.job_id).op == "delete"

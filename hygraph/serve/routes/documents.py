@@ -16,6 +16,7 @@ from starlette.convertors import Convertor, register_url_convertor
 from hygraph.errors import InputError
 from hygraph.input_rules import MAX_ID_CHARS, check_id
 from hygraph.model import Document
+from hygraph.store.journal import DeleteDocuments, InsertDocuments
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.http import ApiError
 from hygraph.serve.routes import gateway, index_path, reader, status_reader, writer
@@ -81,8 +82,7 @@ async def add_documents(body: DocumentsRequest, ix: Tenant = Depends(writer), gw
         raise ApiError(413, "too_large", f"documents: {len(body.documents)} exceeds the limit of {limit} per request")
     docs = [Document.make(d.text, id=d.id, title=d.title, metadata=d.metadata) for d in body.documents]
     await gw.admit_insert(ix, len(docs))
-    payload = {"documents": [{"id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata} for d in docs]}
-    job = await asyncio.to_thread(ix.journal.append, "insert", payload)
+    job = await asyncio.to_thread(ix.journal.append, InsertDocuments(tuple(docs)))
     gw.metrics.ingest.inc(tags={"op": "insert"})
     await gw.ensure_updater(ix)
     return JSONResponse({"job_id": job.job_id, "accepted": len(docs), "ids": [d.id for d in docs]}, status_code=202)
@@ -125,7 +125,7 @@ async def delete_document(request: Request, doc_id: DocIdPath, ix: Tenant = Depe
     _exact_path(request)
     if not await gw.holds(ix, doc_id):
         raise ApiError(404, "not_found", "doc_id: no document with this id in the index or queued for insertion")
-    job = await asyncio.to_thread(ix.journal.append, "delete", {"ids": [doc_id]})
+    job = await asyncio.to_thread(ix.journal.append, DeleteDocuments((doc_id,)))
     gw.metrics.ingest.inc(tags={"op": "delete"})
     await gw.ensure_updater(ix)
     return JSONResponse({"job_id": job.job_id}, status_code=202)

@@ -1,0 +1,234 @@
+"""Publishing a live index's next version: the one writer's hold on its store, vectors and loaded state.
+
+Every change the updater makes (a journal batch, a slice of a large document, deferred summaries, a
+compaction, a hyperbolic recalibration) is published the same way (ARCHITECTURE.md §7):
+
+1. vector rows of the change are upserted, tagged with the new version number; readers of
+   the current version never see them (they keep only ids their version knows);
+2. the changed rows are written as delta segments, then the version's manifest, and
+   `CURRENT` moves, carrying the change's journal offset;
+3. rows the new version no longer has are deleted, and old versions, the segments only they
+   named and the collections only they named are garbage-collected.
+
+A crash before 2 completes leaves the current version untouched and the jobs unapplied, so the
+next updater replays them (ids are content-derived: replaying upserts the same rows) and the
+unpublished segments are collected. A crash between 2 and 3 leaves rows no version knows; the
+next start deletes them again from the current manifest's `retired` list. Hence every
+acknowledged job is applied exactly once.
+
+The publisher keeps what was derived from the version it writes on (`LiveIndex`) across changes and
+reloads it only on start, after a failed change (`forget`), or when another writer (a full
+`hygraph index`) replaced the version.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import logging
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from hygraph.backends import vectorstore
+from hygraph.config import HygraphConfig
+from hygraph.core.hyperbolic import from_storage
+from hygraph.errors import StoreError
+from hygraph.indexing.state import IndexState
+from hygraph.indexing.update import Applied, LiveIndex
+from hygraph.store.artifacts import ARTIFACTS, TERMS
+from hygraph.store.journal import bounded_error
+from hygraph.store.versions import IndexStore, VersionWriter
+from hygraph.store.view_loader import release_freed_memory
+
+log = logging.getLogger("hygraph.updater")
+
+
+class UpdaterBusy(StoreError):
+    """Another process holds the index's updater lock."""
+
+
+class Publisher:
+    """The single writer of one live index: its updater lock, file store, vector store connection and the
+    loaded live index, and the one way a change becomes a version."""
+
+    def __init__(self, cfg: HygraphConfig, index_dir: str | Path) -> None:
+        self.cfg = cfg
+        self.index_dir = Path(index_dir)
+        self.store = IndexStore(index_dir, **cfg.store.model_dump())
+        self._lock_fd = self._take_lock()
+        self.vectors = vectorstore.connect(cfg.vector_store, index_dir)
+        self.live: LiveIndex | None = None
+        self._reconcile()
+
+    def _take_lock(self) -> int:
+        fd = os.open(self.index_dir / "updater.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UpdaterBusy(f"{self.index_dir}: another updater is running (a `hygraph serve` on this index?)") \
+                from None
+        return fd
+
+    def close(self) -> None:
+        self.vectors.close()
+        os.close(self._lock_fd)
+
+    def reconnect(self) -> None:
+        """A fresh store connection: a restarted Milvus Lite server listens on a new port, so the old
+        client never recovers on its own (found by loadtests/faults.py --fault store)."""
+        old, self.vectors = self.vectors, vectorstore.connect(self.cfg.vector_store, self.index_dir)
+        old.close()
+
+    def load(self) -> LiveIndex:
+        """The live index: loaded on start, after a failed change, or when another writer replaced the version."""
+        current = self.store.current_version()
+        if self.live is None or self.live.version.version != current:
+            live = LiveIndex.load(self.store, self.cfg, current)
+            name = live.version.manifest.collections.get("hyperbolic")
+            if name:
+                self.vectors.open(name)  # a restarted Milvus Lite server has every collection released
+            self.live = live
+        return self.live
+
+    def forget(self) -> None:
+        """Drop the loaded live index (a change failed half-way in memory): the next `load` reads what is published."""
+        self.live = None
+
+    def replace(self, live: LiveIndex) -> None:
+        """The live index of a version this writer just published without changing its derived state (a compaction)."""
+        self.live = live
+
+    def _reconcile(self) -> None:
+        """Finish step 3 of the last published version (a crash may have cut it short)."""
+        manifest = self.store.manifest()
+        self._retire(manifest.collections, manifest.retired)
+
+    def publish(self, applied: Applied, journal_offset: int, update: dict[str, Any],
+                hyperbolic_rebuild: tuple[list[str], np.ndarray] | None = None) -> int:
+        """Steps 1-3 of the module docstring; the published version. `hyperbolic_rebuild` (ids and storage
+        vectors of every chunk, a recalibration) goes into a new collection that only the new version names."""
+        state = applied.state
+        collections: dict[str, str] = dict(state.base.manifest.collections)
+        try:
+            version = self._commit(applied, journal_offset, update, hyperbolic_rebuild, collections)
+        except BaseException:
+            rebuilt = collections.get("hyperbolic")
+            if rebuilt != state.base.manifest.collections.get("hyperbolic") and \
+                    rebuilt != self.store.manifest().collections.get("hyperbolic"):
+                self.vectors.drop(rebuilt)  # its version never landed: nobody names it
+            raise
+        # Published: nothing after this point may fail the change's jobs.
+        try:
+            assert self.live is not None
+            self.live.version = self.store.open(version)
+        except Exception as exc:  # noqa: BLE001 - the next change reloads what is published
+            self.live = None
+            log.warning("reopening version %d failed: %s", version, bounded_error(f"{type(exc).__name__}: {exc}"))
+        self._retire(collections, applied.delta.retired)
+        self.collect_garbage()
+        return version
+
+    def _commit(self, applied: Applied, journal_offset: int, update: dict[str, Any],
+                hyperbolic_rebuild: tuple[list[str], np.ndarray] | None, collections: dict[str, str]) -> int:
+        state, delta = applied.state, applied.delta
+        with self.store.begin() as w:
+            if hyperbolic_rebuild is not None:
+                rebuilt = self.store.collection(state.manifest.generation, "hyperbolic", w.version)
+                collections["hyperbolic"] = rebuilt
+                ids, storage = hyperbolic_rebuild
+                self.vectors.create(rebuilt, storage.shape[1], "L2")
+                self.vectors.upsert(rebuilt, ids, storage, w.version)
+                self.vectors.seal(rebuilt)
+            written = [kind for kind, (ids, _, _) in delta.upserts.items() if ids and kind in collections]
+            for kind in written:
+                ids, vecs, layers = delta.upserts[kind]
+                self.vectors.upsert(collections[kind], ids, vecs, w.version, layers)
+            self.vectors.persist(*(collections[kind] for kind in written))
+            _write_changes(w, state)
+            update["bytes_written"] = w.bytes_written
+            manifest = state.manifest
+            manifest.base_version, manifest.collections = state.version, collections
+            manifest.journal_offset, manifest.update = journal_offset, update
+            manifest.retired = delta.retired
+            manifest.stats["bytes_written"] = w.bytes_written
+            w.commit(manifest, expect_current=state.version)
+            return w.version
+
+    def collect_garbage(self) -> None:
+        """Old versions past `keep_versions` and the grace period, the segments only they named, then the
+        collections only they named (a hyperbolic collection a recalibration replaced, a full rebuild's
+        predecessor). Runs after a publish, so a failure is logged, never raised: the next publish collects."""
+        try:
+            for name in self.store.gc(self.cfg.updates.keep_versions, self.cfg.updates.gc_grace_s).collections:
+                self.vectors.drop(name)
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("garbage collection of old versions failed: %s", bounded_error(f"{type(exc).__name__}: {exc}"))
+
+    def _retire(self, collections: dict[str, str], retired: dict[str, list[str]]) -> None:
+        """Step 3: delete rows the published version no longer has. It runs after `CURRENT` moved, so a
+        failure here must not fail the change's jobs: readers already ignore those rows (they keep only
+        ids their version knows), and the next start retries from the manifest's `retired` list. For the
+        same reason nobody waits for the deletes to become visible."""
+        try:
+            for kind, ids in retired.items():
+                if ids and kind in collections:
+                    self.vectors.delete(collections[kind], ids)
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("retiring old vector rows failed (retried at the next start): %s",
+                        bounded_error(f"{type(exc).__name__}: {exc}"))
+
+
+class Points:
+    """The live hyperbolic points of a live index (the collection is the truth: online steps move them
+    between versions)."""
+
+    def __init__(self, publisher: Publisher, live: LiveIndex) -> None:
+        self.publisher, self.live = publisher, live
+        info = live.version.manifest.hyperbolic
+        self.M = info.M if info is not None else 0.0
+        self.name = live.version.manifest.collections.get("hyperbolic", "")
+
+    def points(self, chunk_ids: Sequence[str]) -> np.ndarray:
+        if not chunk_ids:
+            return np.zeros((0, 0))
+        return from_storage(self.publisher.vectors.fetch(self.name, list(chunk_ids)))
+
+    def everything(self) -> tuple[list[str], np.ndarray]:
+        ids = self.live.terms.live()
+        return ids, self.points(ids)
+
+    def exists(self, chunk_id: str) -> bool:
+        return chunk_id in self.live.terms.number
+
+    def neighbours(self, chunk_id: str) -> Sequence[str]:
+        row = self.live.version.table(TERMS).get(chunk_id)
+        return row.neighbours if row is not None else ()
+
+    def sample(self, k: int, rng: np.random.Generator, exclude: set[str]) -> list[str]:
+        alive = [c for c in self.live.terms.live() if c not in exclude]
+        picked = rng.choice(len(alive), size=min(k, len(alive)), replace=False) if alive else []
+        return [alive[i] for i in sorted(picked)]
+
+
+def return_memory() -> None:
+    """After a published step: a change's rows, vectors and model activations are garbage now, but glibc and
+    Arrow keep freed pages for reuse, so without this the updater would stay at its largest change's peak.
+    The full collection is affordable here (a step takes far longer; no request waits on this process)."""
+    gc.collect()
+    release_freed_memory()
+
+
+def _write_changes(w: VersionWriter, state: IndexState) -> None:
+    """The change's rows as one delta segment per changed artifact; the rest is referenced."""
+    changed = {a.name for a in state.changed_artifacts()}
+    for name in state.base.manifest.tables:
+        artifact = ARTIFACTS[name]
+        if name not in changed:
+            w.keep(state.base.table(artifact), artifact)
+    for artifact in state.changed_artifacts():
+        rows, dead = state.changes(artifact)
+        w.change(state.table(artifact), artifact, rows, dead, state.dims)
