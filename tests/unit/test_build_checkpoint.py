@@ -136,13 +136,13 @@ def _shard(rows: list[tuple[str, str, int, int]], dim: int = 2) -> pa.Table:
 
 def test_ingest_shards_keep_only_whole_documents_in_corpus_order(tmp_path):
     docs = [Document("b", "B", "x"), Document("a", "A", "y"), Document("c", "C", "z")]
-    assert ingest.complete_documents(tmp_path) == set()
+    assert ingest.complete_documents(tmp_path).to_pylist() == []
     assert ingest.read_shards(tmp_path, docs, extract=False).chunks == []
     # A kill left doc c cut off (1 of its 2 chunks); doc a was streamed twice.
     stage_files.write_table(tmp_path / "shard-000001.arrow", _shard([("a:1", "a", 1, 2), ("c:0", "c", 0, 2)]))
     stage_files.write_table(tmp_path / "shard-000002.arrow",
                             _shard([("a:0", "a", 0, 2), ("a:1", "a", 1, 2), ("b:0", "b", 0, 1)]))
-    assert ingest.complete_documents(tmp_path) == {"a", "b"}
+    assert sorted(ingest.complete_documents(tmp_path).to_pylist()) == ["a", "b"]
     ing = ingest.read_shards(tmp_path, docs, extract=False)
     assert [c.id for c in ing.chunks] == ["b:0", "a:0", "a:1"]
     assert ing.embeddings.tolist() == [[0, 0], [0, 0], [1, 1]] and ing.chunks[1].title == "A"
@@ -191,3 +191,20 @@ def test_begin_prefers_a_dead_writers_number_only_above_every_published_version(
     store.objects.put("versions/000005.json", b"{}")  # published 5
     with store.begin(prefer=3) as w:
         assert w.version == 6
+
+
+def test_a_resumed_ingest_skips_exactly_the_finished_documents(tmp_path):
+    from hygraph.config import HygraphConfig
+    from hygraph.model import scan_corpus
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(f'{{"id": "{i}", "text": "Passage {i} about Lake Ohrid."}}\n'
+                              for i in ("a", "b", "c", "d")))
+    span = scan_corpus(corpus).spans[0]
+    batch = {"start": np.array([span.start]), "end": np.array([span.end]), "first_line": np.array([span.first_line])}
+    cfg = HygraphConfig()
+    args = dict(corpus=str(corpus), model=cfg.embedder.model, size=cfg.chunking.size_tokens,
+                overlap=cfg.chunking.overlap_tokens)
+    assert sorted(ingest.chunk_batch(batch, skip=np.sort(ingest.id_keys([])), **args)["doc_id"]) == ["a", "b", "c", "d"]
+    done = np.sort(ingest.id_keys(["d", "b", "zz-not-in-corpus"]))
+    assert sorted(ingest.chunk_batch(batch, skip=done, **args)["doc_id"]) == ["a", "c"]

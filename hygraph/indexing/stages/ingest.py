@@ -10,6 +10,7 @@ updater's process with its own models.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import resource
 from collections import Counter
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hygraph.config import EmbedderConfig, HygraphConfig, LLMConfig
 from hygraph.core.chunking import token_windows
@@ -68,11 +70,15 @@ def tokenizer(model: str) -> "Tokenizer":
 
 
 def chunk_batch(batch: dict[str, np.ndarray], corpus: str, model: str, size: int, overlap: int,
-                skip: frozenset[str]) -> dict[str, list[Any]]:
-    """Corpus spans -> chunk rows of their documents not in `skip` (Ray Data tasks: each reads its spans from
-    the corpus file; the tokenizer is cached per worker process)."""
+                skip: np.ndarray) -> dict[str, list[Any]]:
+    """Corpus spans -> chunk rows of their documents whose `id_keys` are not in `skip` (Ray Data tasks: each
+    reads its spans from the corpus file; the tokenizer is cached per worker process)."""
     docs = [d for start, end, first in zip(batch["start"], batch["end"], batch["first_line"])
-            for d in read_span(corpus, CorpusSpan(int(start), int(end), int(first))) if d.id not in skip]
+            for d in read_span(corpus, CorpusSpan(int(start), int(end), int(first)))]
+    if len(skip):
+        keys = id_keys([d.id for d in docs])
+        at = np.minimum(np.searchsorted(skip, keys), len(skip) - 1)
+        docs = [d for d, done in zip(docs, skip[at] == keys) if not done]
     # Length order keeps the embedding batches that follow evenly padded.
     chunks = sorted(chunk_documents(docs, tokenizer(model), size, overlap), key=lambda c: c.n_tokens)
     per_doc = Counter(c.doc_id for c in chunks)
@@ -148,9 +154,11 @@ def build(cfg: HygraphConfig, corpus: CorpusScan, stages: Stages, extract: bool,
     import ray.data
 
     emb = cfg.embedder
-    whole = frozenset(complete_documents(shard_dir))
+    # The documents a killed run finished, as 16-byte keys (the ids themselves would be corpus-sized here
+    # and in every chunk task).
+    whole = np.sort(id_keys(complete_documents(shard_dir).to_pylist()))
     todo = corpus.documents - len(whole)
-    if whole:
+    if len(whole):
         stages.note(f"ingest: {len(whole):,} of {corpus.documents:,} documents kept from the checkpoint")
     with stages.stage("chunk+embed+extract" if extract else "chunk+embed"), \
             stages.bar(todo, "documents") as bar:
@@ -218,14 +226,22 @@ def _latest_rows(ids: list[str]) -> dict[str, int]:
     return {cid: i for i, cid in enumerate(ids)}
 
 
-def complete_documents(shard_dir: Path) -> set[str]:
-    """The documents whose every chunk is in the shards (read without their texts and vectors)."""
+def complete_documents(shard_dir: Path) -> pa.Array:
+    """The ids of the documents whose every chunk is in the shards, computed in Arrow (no Python object per
+    row) from the shards' id columns alone. A document streamed twice (a kill mid-stream) wrote the same
+    chunk ids, with the same chunk count, each time."""
     t = _shards(shard_dir, ("id", "doc_id", "doc_chunks"))
     if t is None:
-        return set()
-    doc_ids, expect = t.column("doc_id").to_pylist(), t.column("doc_chunks").to_pylist()
-    have = Counter(doc_ids[i] for i in _latest_rows(t.column("id").to_pylist()).values())
-    return {doc_ids[i] for i in range(len(doc_ids)) if have[doc_ids[i]] == expect[i]}
+        return pa.array([], pa.string())
+    distinct = t.group_by(["id", "doc_id", "doc_chunks"]).aggregate([])
+    per_doc = distinct.group_by(["doc_id", "doc_chunks"]).aggregate([("id", "count")])
+    return per_doc.filter(pc.equal(per_doc["id_count"], per_doc["doc_chunks"]))["doc_id"].combine_chunks()
+
+
+def id_keys(ids: Sequence[str]) -> np.ndarray:
+    """16-byte keys of document ids (blake2b: a clash is as likely as a 128-bit hash collision), for
+    sorted-array membership."""
+    return np.array([hashlib.blake2b(i.encode(), digest_size=16).digest() for i in ids], dtype="S16")
 
 
 def read_shards(shard_dir: Path, docs: list[Document], extract: bool) -> Ingested:
@@ -234,7 +250,7 @@ def read_shards(shard_dir: Path, docs: list[Document], extract: bool) -> Ingeste
     t = _shards(shard_dir)
     if t is None:
         return Ingested([], np.zeros((0, 0), np.float32), [], 0)
-    whole = complete_documents(shard_dir)
+    whole = set(complete_documents(shard_dir).to_pylist())
     cols = {k: t.column(k).to_pylist() for k in CHUNK_COLS}
     position = {d.id: i for i, d in enumerate(docs)}
     rows = [i for i in _latest_rows(cols["id"]).values() if cols["doc_id"][i] in whole]
