@@ -115,8 +115,12 @@ def serving(index_dir: Path, log: Path, ready_s: float = 240, **env: str) -> Ite
         url = f"http://127.0.0.1:{port}"
         client = Client(url)
         deadline = time.monotonic() + ready_s
-        while not client.ready() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.25)
+        try:
+            while not client.ready() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.25)
+        except BaseException:  # pytest-timeout or Ctrl-C while waiting: the service must not outlive the test
+            _interrupt(proc)
+            raise
         if proc.poll() is None and client.ready():
             break
         proc.kill()
@@ -130,13 +134,18 @@ def serving(index_dir: Path, log: Path, ready_s: float = 240, **env: str) -> Ite
                "log": log, "client": client}
     finally:
         client.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
+        _interrupt(proc)
+
+
+def _interrupt(proc: subprocess.Popen) -> None:
+    """Stop `hygraph serve` as Ctrl-C does (it stops its Ray and Milvus); killed if it has not ended in 90 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
 
 
 def copy_index(src: Path, dst: Path, timeout_s: float = 120) -> None:
