@@ -323,8 +323,10 @@ class ServeProcess:
     workers started after the last look.
     """
 
-    def __init__(self, index_dir: Path, log: Path, api_key: str, tag: str = "serve") -> None:
+    def __init__(self, index_dir: Path, log: Path, api_key: str, tag: str = "serve",
+                 env: dict[str, str] | None = None) -> None:
         self.index_dir, self.log, self.api_key, self.tag = index_dir.resolve(), log, api_key, tag
+        self.env = env or {}  # beside the key: config overrides (`HYGRAPH__SECTION__KEY`), admin keys
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._seen: dict[int, psutil.Process] = {}
@@ -337,7 +339,7 @@ class ServeProcess:
     def start(self) -> None:
         self.port = free_port()
         env = {**os.environ, **OFFLINE_ENV, "HYGRAPH_API_KEYS": self.api_key,
-               "HYGRAPH__SERVE__METRICS_PORT": str(free_port())}
+               "HYGRAPH__SERVE__METRICS_PORT": str(free_port()), **self.env}
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("a") as err:
             # Own session: a Ctrl-C in the terminal reaches only the load test, which then
