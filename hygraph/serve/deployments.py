@@ -165,6 +165,9 @@ class Retriever:
             evicted = []
             while len(self._named) > self.cfg.serve.max_loaded_indexes:
                 evicted.append(self._named.popitem(last=False))
+            self.index_metrics.loaded.set(len(self._named))
+        if evicted:
+            self.index_metrics.unloads.inc(len(evicted))
         if found.engine is not engine:
             engine.close()
         for name, pipeline in evicted:

@@ -53,6 +53,10 @@ class IndexMetrics:
     def __init__(self) -> None:
         m = _serve_metrics()
         self.version = m.Gauge("hygraph_index_version", "Index version a Retriever replica serves.")
+        self.loaded = m.Gauge("hygraph_loaded_indexes", "Named indexes a Retriever replica holds loaded "
+                              "(at most serve.max_loaded_indexes).")
+        self.unloads = m.Counter("hygraph_index_unloads_total", "Named indexes a Retriever replica unloaded to stay "
+                                 "within serve.max_loaded_indexes (the least recently asked first).")
 
 
 class LLMMetrics:
