@@ -3,6 +3,7 @@ driven over HTTP, by the project's client and by the official `openai` client; t
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -418,6 +419,180 @@ def test_two_tenants_never_see_each_other_and_deleting_one_leaves_the_rest(serve
     finally:
         for client in clients.values():
             client.close()
+
+
+# Each tenant's documents carry its marker word (and its id prefix): neither may appear in any other tenant's answer.
+MARKERS = {"iso-a": "Vorquellan", "iso-b": "Shandrikel", "iso-c": "Tumbrevine"}
+LOAD_S = 60
+JOB_BOUND_S = 240  # one job from its 202 to done, on a loaded 2-core machine
+
+
+def _tenant_doc(name: str, n: int) -> dict:
+    marker = MARKERS[name]
+    return {"id": f"{name}-{n}", "title": f"{marker} Keeper {n}",
+            "text": f"{marker} Keeper {n} tends the {marker} archive, shelf {n}, and speaks only of {marker} matters."}
+
+
+def test_three_tenants_under_mixed_load_never_see_each_other(server):
+    """Issue 31: three indexes, three keys scoped one each, 60 s of concurrent queries (every mode, and chat),
+    inserts and deletes per tenant: no answer, context or citation of one tenant holds another's marker word or
+    document id; every read, write, delete and job lookup with a key scoped elsewhere answers 404; a poison
+    job in one tenant's journal delays none of the others' jobs (each done within JOB_BOUND_S)."""
+    url, names = server["url"], list(MARKERS)
+    with Client(url, api_key=ADMIN) as admin:
+        for name in names:
+            admin.create_index(name)
+        keys = {name: admin.create_key({name: ["read", "write"]}, name=f"{name} isolation")["key"] for name in names}
+    problems: list[str] = []  # every violation, with what and where
+    lags: dict[str, list[float]] = {name: [] for name in names}
+    jobs: dict[str, list[str]] = {name: [] for name in names}  # real job ids, for cross-tenant lookups
+    seeded: dict[str, list[str]] = {name: [] for name in names}
+    lock = threading.Lock()
+
+    def foreign(name: str, payload: object) -> list[str]:
+        text = json.dumps(payload)
+        return [other for other in names if other != name and (MARKERS[other] in text or f'"{other}-' in text)]
+
+    def seed(name: str) -> None:
+        with Client(url, api_key=keys[name], index=name) as c:
+            deadline = time.monotonic() + JOB_BOUND_S
+            while _stats_when_ready(c) is None:  # its empty first version is being written
+                assert time.monotonic() < deadline, f"index {name} never got its first version"
+                time.sleep(1)
+            docs = [_tenant_doc(name, n) for n in range(3)]
+            job = c.add_documents(docs)["job_id"]
+            c.wait(job, timeout_s=JOB_BOUND_S)
+            jobs[name].append(job)
+            seeded[name] = [d["id"] for d in docs]
+
+    threads = [threading.Thread(target=seed, args=(name,)) for name in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOB_BOUND_S + 60)
+    assert all(seeded[name] for name in names), f"seeding failed: {seeded}"
+
+    # A poison job in iso-a's journal (an id an older version accepted): marked failed, and nobody waits on it.
+    poison_id = "f" * 32
+    journal = server["index_dir"] / "indexes" / "iso-a" / "journal" / "journal.jsonl"
+    with journal.open("ab") as fh:
+        fh.write(json.dumps({"job_id": poison_id, "op": "insert", "accepted_at": time.time(),
+                             "documents": [{"id": "bad\nid", "text": f"{MARKERS['iso-a']} poison"}]}).encode() + b"\n")
+    stop = time.monotonic() + LOAD_S
+    counts = collections.Counter()
+
+    def reader(name: str) -> None:
+        oai = OpenAI(base_url=url + "/v1", api_key=keys[name], timeout=120)
+        with Client(url, api_key=keys[name], index=name, timeout_s=120) as c:
+            i = 0
+            while time.monotonic() < stop:
+                question = f"What does {MARKERS[name]} Keeper {i % 5} tend?"
+                try:
+                    if i % 5 == 4:
+                        messages = [{"role": "user", "content": question}]
+                        out, what = oai.chat.completions.create(model=name, messages=messages).model_dump(), "chat"
+                    else:
+                        mode = MODE_NAMES[i % len(MODE_NAMES)]
+                        out, what = c.query(question, mode=mode, top_k=5), mode
+                except ApiError as exc:
+                    if exc.status not in (429, 503):  # overloaded, with Retry-After: normal on a loaded machine
+                        with lock:
+                            problems.append(f"{name} {MODE_NAMES[i % len(MODE_NAMES)]} query {i}: {exc}"[:300])
+                    i += 1
+                    time.sleep(float(exc.retry_after or 1))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - recorded as a problem, the load goes on
+                    with lock:
+                        problems.append(f"{name} query {i}: {exc!r}"[:300])
+                    i += 1
+                    continue
+                if leaked := foreign(name, out):
+                    with lock:
+                        problems.append(f"{name} {what} answer holds {leaked}'s documents: {json.dumps(out)[:300]}")
+                with lock:
+                    counts[f"{name} queries"] += 1
+                i += 1
+
+    def writer(name: str) -> None:
+        with Client(url, api_key=keys[name], index=name, timeout_s=120) as c:
+            n, inserted = 100, None
+            while time.monotonic() < stop:
+                try:
+                    t0 = time.monotonic()
+                    job = c.add_documents([_tenant_doc(name, n)])["job_id"]
+                    with lock:
+                        jobs[name].append(job)
+                    c.wait(job, timeout_s=JOB_BOUND_S)
+                    lags[name].append(time.monotonic() - t0)
+                    if inserted is not None:  # every other insert deletes the one before it
+                        t0 = time.monotonic()
+                        c.wait(c.delete_document(inserted)["job_id"], timeout_s=JOB_BOUND_S)
+                        lags[name].append(time.monotonic() - t0)
+                        inserted = None
+                    else:
+                        inserted = f"{name}-{n}"
+                    with lock:
+                        counts[f"{name} writes"] += 1
+                except ApiError as exc:
+                    if exc.status not in (429, 503):
+                        with lock:
+                            problems.append(f"{name} write {n}: {exc}"[:300])
+                    time.sleep(float(exc.retry_after or 1))
+                except Exception as exc:  # noqa: BLE001 - recorded as a problem, the load goes on
+                    with lock:
+                        problems.append(f"{name} write {n}: {exc!r}"[:300])
+                n += 1
+
+    def prober() -> None:
+        """Every route of every other tenant's index, with each tenant's key: 404, as for no such index."""
+        while time.monotonic() < stop:
+            for name in names:
+                for other in names:
+                    if other == name:
+                        continue
+                    with lock:
+                        other_job = jobs[other][-1]
+                    with Client(url, api_key=keys[name], index=other, timeout_s=60) as peek, \
+                            Client(url, api_key=keys[name], index=name, timeout_s=60) as own:
+                        calls = {"query": lambda: peek.query("anything", mode="dense"),
+                                 "stats": peek.stats, "documents": peek.documents,
+                                 "document": lambda: peek.document(seeded[other][0]),
+                                 "delete": lambda: peek.delete_document(seeded[other][0]),
+                                 "insert": lambda: peek.add_documents([_tenant_doc(name, 999)]),
+                                 "job": lambda: peek.job(other_job),
+                                 "job via own index": lambda: own.job(other_job),
+                                 "index info": lambda: peek.index_info(other)}
+                        for what, call in calls.items():
+                            status = _status(call)
+                            with lock:
+                                counts["cross-tenant probes"] += 1
+                                if status != 404:
+                                    problems.append(f"key of {name} on {other}: {what} answered {status}, not 404")
+            time.sleep(1)
+
+    threads = [threading.Thread(target=f, args=(name,)) for name in names for f in (reader, writer)]
+    threads.append(threading.Thread(target=prober))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(LOAD_S + 2 * JOB_BOUND_S + 120)
+    assert not any(t.is_alive() for t in threads), "a load thread is still running past every bound"
+    try:
+        assert not problems, f"{len(problems)} problems, the first ones: " + "\n".join(problems[:10])
+        assert all(counts[f"{name} queries"] > 0 and counts[f"{name} writes"] > 0 for name in names), counts
+        assert counts["cross-tenant probes"] > 0, counts
+        assert all(max(lags[name]) < JOB_BOUND_S for name in ("iso-b", "iso-c")), lags
+        with Client(url, api_key=keys["iso-a"], index="iso-a") as a:
+            poison = a.job(poison_id)
+            assert poison["status"] == "failed" and "documents.0.id" in poison["error"], poison
+        # The deleted documents are gone from their own tenant; the others never had them.
+        with Client(url, api_key=keys["iso-b"], index="iso-b") as b:
+            ids = {d["id"] for d in b.documents(limit=1000)["documents"]}
+            assert ids and all(i.startswith("iso-b-") for i in ids), ids
+    finally:
+        with Client(url, api_key=ADMIN) as admin:
+            for name in names:
+                admin.delete_index(name)
 
 
 def test_every_readme_example_runs_as_written(server, tmp_path):
