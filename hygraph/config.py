@@ -213,13 +213,16 @@ class UpdatesConfig(Section):
     gc_grace_s: float = Field(300.0, ge=0)  # ...and any version younger than this
     tau_attach: float = Field(0.65, ge=-1, le=1)  # HyGRAG §3.4 attachment threshold (Leiden)
     # Served inserts are retrievable a version before their summaries, which follow in slices when the
-    # journal is idle or, once pending this many seconds, a slice before each batch (each such period
-    # doubles the slice); 0: never deferred.
+    # journal is idle or, once pending this many seconds, in turns with the journal's batches (each such
+    # period doubles the slice); 0: never deferred.
     defer_summaries_s: float = Field(30.0, ge=0)
-    # A slice of deferred summaries takes at most this many pending layer-0 nodes (a short document's chunks
+    # A slice of deferred summaries takes at least this many pending layer-0 nodes (a short document's chunks
     # and entities), so a job that arrives meanwhile waits for one slice, not for the backlog. Every slice
     # re-summarizes the upper layers above its nodes: 8 (half a document) embedded 25% more summaries.
     summary_slice_nodes: int = Field(32, ge=1)
+    # ...and, however long they waited, no more than the last slice's seconds per node say fit in this many
+    # seconds: a job waits for at most one slice, so its size bounds a write's lag (docs/bench/insert_lag.md).
+    summary_slice_s: float = Field(4.0, gt=0)
     # New chunks one version applies: a larger document is published in slices of this many chunks (its job
     # reads `running` until the last lands), taking turns with the jobs behind it, which then wait for one
     # slice instead of the whole document (a 1 MiB text is ~230 chunks). A 1,200-token chunk of Wikipedia-like

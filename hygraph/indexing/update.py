@@ -43,12 +43,17 @@ class Batch:
     added_by: dict[str, str] = field(default_factory=dict)  # document id -> the job that wrote it
 
 
-def summary_slice(age_s: float, period_s: float, base: int) -> int:
+def summary_slice(age_s: float, period_s: float, base: int, node_s: float | None = None,
+                  budget_s: float = math.inf) -> int:
     """Pending nodes one summary slice takes: `base`, doubled for each `period_s` the oldest has waited (a slice
     repeats its upper layers' summaries, so larger slices cost less per node and a backlog the updater could
-    not clear in small ones still ends)."""
+    not clear in small ones still ends), but no more than `budget_s` seconds at `node_s` seconds a node (the
+    last slice's), and never fewer than `base`."""
     doublings = min(16, int(age_s // period_s)) if period_s > 0 else 16
-    return base << doublings
+    size = base << doublings
+    if node_s is not None and node_s > 0 and budget_s < math.inf:
+        size = min(size, max(base, int(budget_s / node_s)))
+    return size
 
 
 def slice_pending(n_chunks: int, n_entities: int, max_nodes: int | None) -> tuple[int, int]:

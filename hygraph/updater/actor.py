@@ -64,7 +64,6 @@ class OnlineUpdater:
                                              "waited when a slice of them was published (updates.defer_summaries_s).",
                                              boundaries=[0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600])
         self.version = metrics.Gauge("hygraph_updater_version", "Last index version the updater published.")
-        self._sliced = False  # the last round ran an overdue slice of summaries ahead of the journal
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._stopping = False  # decided to end (idle): `wake` refuses, the ingress starts a new one
@@ -134,9 +133,10 @@ class OnlineUpdater:
             self.last_error = bounded_error(f"{type(exc).__name__}: {exc}")
 
     def _work(self) -> bool:
-        """One round, journal first: a document batch, else a slice of the deferred summaries (before the
-        batch once they are overdue), else a finished or due recalibration, else L_inc steps, else a due
-        compaction. True when something was done (the loop goes on without waiting)."""
+        """One round: the next write step (`IndexUpdater.write_step`: a journal batch, a slice of a large
+        document or of overdue summaries, by turns), else a slice of the deferred summaries, else a finished or
+        due recalibration, else L_inc steps, else a due compaction. True when something was done (the loop
+        goes on without waiting)."""
         if self.updater is None:
             if IndexStore(self.index_dir).current_version() is None:
                 if not self.create_empty:
@@ -149,20 +149,17 @@ class OnlineUpdater:
 
             self.updater = IndexUpdater(self.cfg, self.index_dir)
         defer = self.cfg.updates.defer_summaries_s > 0
-        # Overdue summaries and batches take turns: a slice, then the journal's next batch.
-        if defer and not self._sliced and self.updater.summaries_overdue() and self._summarize():
-            self._sliced = True
-            return True
-        self._sliced = False
-        result = self.updater.write_step(defer)
+        # Batches, document slices and overdue summary slices take turns; fresh summaries wait for an idle journal.
+        result = self.updater.write_step(defer, summaries_due=defer) or self.updater.summarize_slice()
         if result is not None:
             self.last_result, self.last_error = result, None
-            self.steps.inc(tags={"kind": result["kind"]})
+            kind = result["kind"]
+            self.steps.inc(tags={"kind": kind})
             self.version.set(result["version"])
             for lag in result.get("lag_s", ()):
                 self.lag.observe(lag)
-            return True
-        if self._summarize():
+            if kind == "summarized":
+                self.summary_lag.observe(result["pending_s"])
             return True
         recalibrated = self.updater.learning.recalibrate_step()
         if recalibrated is not None:
@@ -184,24 +181,6 @@ class OnlineUpdater:
             self.version.set(compacted["version"])
             return True
         return False
-
-    def _summarize(self) -> bool:
-        """A slice of the deferred summaries (`indexing.update.summary_slice`): small while they are fresh, so a
-        write waits little; larger as they age, so a backlog ends."""
-        age = self.updater.summaries_age()
-        if age is None:
-            return False
-        u = self.cfg.updates
-        from hygraph.indexing.update import summary_slice
-
-        summarized = self.updater.summarize_pending(summary_slice(age, u.defer_summaries_s, u.summary_slice_nodes))
-        if summarized is None:
-            return False
-        self.last_result = summarized
-        self.steps.inc(tags={"kind": "summarized"})
-        self.version.set(summarized["version"])
-        self.summary_lag.observe(summarized["pending_s"])
-        return True
 
     def observe(self, subgraph: dict[str, Any], query_vec: Any) -> None:
         """Fire and forget from the Retriever: one `hyperbolic` query's implicit subgraph."""

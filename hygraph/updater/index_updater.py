@@ -22,7 +22,7 @@ from hygraph.backends.llm import make_llm
 from hygraph.config import HygraphConfig
 from hygraph.errors import BackendError, StoreUnavailable
 from hygraph.indexing.state import IndexState
-from hygraph.indexing.update import Applier, Batch, PresentDocuments, fold_jobs
+from hygraph.indexing.update import Applier, Batch, PresentDocuments, fold_jobs, summary_slice
 from hygraph.store.journal import Job, Journal, Malformed, bounded_error, job_error
 from hygraph.updater.compaction import Compactor
 from hygraph.updater.learning import HyperbolicLearning
@@ -47,7 +47,9 @@ class IndexUpdater:
         self.compactor = Compactor(cfg, self.publisher)
         self.learning = HyperbolicLearning(cfg, self.publisher)
         self.applied_batches = 0
-        self._slice_turn = False  # the last write step applied a journal batch: a large document's slice is next
+        self._last_kind: str | None = None  # of the last write step: after a slice, the journal's batch goes next
+        self._slice_kinds = ["sliced", "summarized"]  # the two kinds of slice, the one to go first before
+        self._summary_node_s: float | None = None  # seconds per node of the last summary slice
         self._attempts: dict[str, int] = {}  # retryable failures per batch head, while the store answered
 
     def close(self) -> None:
@@ -203,15 +205,40 @@ class IndexUpdater:
                  applied.stats)
         return {**applied.stats, "version": version}
 
-    def write_step(self, defer_summaries: bool = False) -> dict[str, Any] | None:
-        """The journal's next batch or the next slice of a large document, taking turns (`kind`: "applied" or
-        "sliced"): the jobs behind a large document wait for one slice of it, and the document still advances
-        under a stream of jobs. None when neither waits."""
-        turns = (("sliced", self.continue_documents), ("applied", self.step))
-        for kind, run in turns if self._slice_turn else turns[::-1]:
-            result = run(defer_summaries)
+    def summarize_slice(self) -> dict[str, Any] | None:
+        """A slice of the deferred summaries (`indexing.update.summary_slice`): small while they are fresh, so a
+        write waits little; larger as they age, so a backlog ends; never more than `updates.summary_slice_s`
+        at the last slice's pace. None when none are pending."""
+        age = self.summaries_age()
+        if age is None:
+            return None
+        u = self.cfg.updates
+        started = time.perf_counter()
+        result = self.summarize_pending(summary_slice(age, u.defer_summaries_s, u.summary_slice_nodes,
+                                                      self._summary_node_s, u.summary_slice_s))
+        if result is not None and result.get("summarized_nodes"):
+            self._summary_node_s = (time.perf_counter() - started) / result["summarized_nodes"]
+        return None if result is None else {**result, "kind": "summarized"}
+
+    def write_step(self, defer_summaries: bool = False, summaries_due: bool = False) -> dict[str, Any] | None:
+        """The next write, by turns (`kind`): the journal's next batch ("applied"), the next slice of a large
+        document ("sliced") and, with `summaries_due` once they are overdue, a slice of the deferred summaries
+        ("summarized"). Jobs waiting in the journal go right after any slice, so a write waits for at most one
+        (and its batch); the two kinds of slice alternate between batches, so both advance under a stream of
+        jobs. None when nothing waits."""
+        def overdue_summaries(_defer: bool) -> dict[str, Any] | None:
+            return self.summarize_slice() if summaries_due and self.summaries_overdue() else None
+
+        runs = {"applied": self.step, "sliced": self.continue_documents, "summarized": overdue_summaries}
+        order = (["applied", *self._slice_kinds] if self._last_kind != "applied"
+                 else [*self._slice_kinds, "applied"])
+        for kind in order:
+            result = runs[kind](defer_summaries)
             if result is not None:
-                self._slice_turn = kind == "applied"
+                self._last_kind = kind
+                if kind != "applied":  # the other kind of slice goes first next time
+                    self._slice_kinds.remove(kind)
+                    self._slice_kinds.append(kind)
                 return_memory()
                 return {**result, "kind": kind}
         return None

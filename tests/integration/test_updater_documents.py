@@ -121,10 +121,24 @@ def test_a_one_line_insert_behind_a_large_document_waits_for_one_slice(built_ind
     # A one-line insert arriving while the large document is applied waits for one slice, then its batch.
     small = Document("slices-small", "Kestrel Quayside is a one-line document.", "Small")
     small_job = journal.append(InsertDocuments((small,)))
-    kinds = [updater.write_step(defer_summaries=True)["kind"] for _ in range(2)]
+    kinds = [updater.write_step(defer_summaries=True, summaries_due=True)["kind"] for _ in range(2)]
     assert kinds == ["sliced", "applied"]
     assert _status(index_dir, small_job) == "done" and _status(index_dir, big_job) == "running"
     _assert_retrievable(engine, small)
+    # Once the deferred summaries are overdue, their slices take the document's place every other turn: the
+    # next one-line insert again waits for one slice (of summaries now), and the document goes on after it.
+    period = updater.cfg.updates.defer_summaries_s
+    updater.cfg.updates.defer_summaries_s = 0.001
+    try:
+        assert updater.summaries_overdue()
+        later = Document("slices-later", "Ostry Brzeg is another one-line document.", "Later")
+        later_job = journal.append(InsertDocuments((later,)))
+        kinds = [updater.write_step(defer_summaries=True, summaries_due=True)["kind"] for _ in range(3)]
+    finally:
+        updater.cfg.updates.defer_summaries_s = period
+    assert kinds == ["summarized", "applied", "sliced"]
+    assert _status(index_dir, later_job) == "done"
+    _assert_retrievable(engine, later)
     # A short document batched with a large one is applied whole first, and both end complete.
     other = Document("slices-short", "Marrowgate Fen is a short document.", "Short")
     again = Document("slices-big-2", big.text, "Big again")

@@ -53,3 +53,13 @@ def test_a_summary_slice_takes_the_same_share_of_pending_chunks_and_entities(chu
                                              (1e9, 30.0, 8 << 16), (5.0, 0.0, 8 << 16)])
 def test_a_summary_slice_doubles_for_each_period_the_backlog_waited(age, period, want):
     assert summary_slice(age, period, 8) == want
+
+
+@pytest.mark.parametrize("age,node_s,budget,want", [
+    (95.0, 0.05, 4.0, 64),       # 8 << 3 = 64 fits in 4 s at 0.05 s a node (80)
+    (1e9, 0.05, 4.0, 80),        # a backlog's doubling stops at what 4 s summarize
+    (1e9, 10.0, 4.0, 8),         # never below the base, however slow the last slice was
+    (1e9, None, 4.0, 8 << 16),   # no slice measured yet: the doubling alone
+])
+def test_a_summary_slice_is_bounded_by_seconds_at_the_last_slices_pace(age, node_s, budget, want):
+    assert summary_slice(age, 30.0, 8, node_s, budget) == want
