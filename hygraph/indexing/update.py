@@ -152,6 +152,20 @@ class Applier:
 
     def __init__(self, cfg: HygraphConfig, embedder: Embedder, llm: LLM, device: str = "cpu") -> None:
         self.cfg, self.embedder, self.llm, self.device = cfg, embedder, llm, device
+        # The chunks of each document whose slices wait, by id, with the text and title they were cut from:
+        # tokenizing a 1 MiB text takes seconds, too long to repeat for every slice of 2 chunks.
+        self._chunked: dict[str, tuple[str, str, list[Chunk]]] = {}
+
+    def _chunks_of(self, row: DocumentRow) -> list[Chunk]:
+        held = self._chunked.get(row.id)
+        if held is None or held[0] != row.text or held[1] != row.title:
+            held = (row.text, row.title, ingest.chunk(self.cfg, [Document(row.id, row.text, row.title)]))
+            self._chunked[row.id] = held
+        return held[2]
+
+    def _keep_chunked(self, pending: list[PendingChunks]) -> None:
+        waiting = {p.doc_id for p in pending}
+        self._chunked = {doc_id: held for doc_id, held in self._chunked.items() if doc_id in waiting}
 
     def apply(self, live: LiveIndex, batch: Batch, points: hyperbolic.Points,
               defer_summaries: bool = False) -> Applied:
@@ -179,6 +193,10 @@ class Applier:
         m.chunks_pending = [p for p in m.chunks_pending if p.doc_id not in batch.remove and p.doc_id not in batch.add]
         cut = {c.doc_id: c.ordinal for c in reversed(chunks[len(now):])}
         m.chunks_pending += [PendingChunks(d.id, batch.added_by[d.id], cut[d.id]) for d in new_docs if d.id in cut]
+        self._keep_chunked(m.chunks_pending)
+        for d in new_docs:
+            if d.id in cut:
+                self._chunked[d.id] = (d.text, d.title, [c for c in chunks if c.doc_id == d.id])
         state.delete_all(DOCUMENTS, batch.remove)
         state.delete_all(CHUNKS, [c.id for c in removed])
         by_doc: dict[str, list[str]] = {}
@@ -208,8 +226,7 @@ class Applier:
             if row is None or budget <= 0:  # a document deleted meanwhile has nothing left to apply
                 rest += [p] if row is not None else []
                 continue
-            left = [c for c in ingest.chunk(self.cfg, [Document(row.id, row.text, row.title)])
-                    if c.ordinal >= p.next_ordinal]
+            left = [c for c in self._chunks_of(row) if c.ordinal >= p.next_ordinal]
             take, budget = left[:budget], budget - len(left[:budget])
             now += take
             state.put(DOCUMENTS, replace(row, chunks=(*row.chunks, *(c.id for c in take))))
@@ -218,6 +235,7 @@ class Applier:
             else:
                 finished.append(p.job_id)
         m.chunks_pending = rest
+        self._keep_chunked(rest)
         delta, rebuilt = self._grow(state, live, now, [], points, defer_summaries)
         return Applied(state, delta, {"chunks_added": len(now), "jobs_finished": finished,
                                       **self._touched(state, delta, rebuilt, before, t0)})

@@ -266,8 +266,8 @@ def read_shards(shard_dir: Path, docs: list[Document], extract: bool) -> Ingeste
 
 
 def chunk(cfg: HygraphConfig, docs: Sequence[Document]) -> list[Chunk]:
-    """The build's chunks of a batch's new documents (deterministic: a document applied in slices is
-    chunked again for each slice and yields the same chunks)."""
+    """The build's chunks of a batch's new documents (deterministic: a document applied in slices and
+    chunked again after a restart yields the same chunks)."""
     return chunk_documents(list(docs), tokenizer(cfg.embedder.model), cfg.chunking.size_tokens,
                            cfg.chunking.overlap_tokens)
 
