@@ -225,10 +225,11 @@ class UpdatesConfig(Section):
     summary_slice_s: float = Field(4.0, gt=0)
     # New chunks one version applies: a larger document is published in slices of this many chunks (its job
     # reads `running` until the last lands), taking turns with the jobs behind it, which then wait for one
-    # slice instead of the whole document (a 1 MiB text is ~230 chunks). A 1,200-token chunk of Wikipedia-like
-    # text brings ~200 entity, relation and fact texts to embed: 1-2 s of CPU per chunk on two cores, so a
-    # one-line insert behind a large document waits ~2-4 s for a slice of 2 (9 s measured with slices of 4).
-    slice_chunks: int = Field(2, ge=1)
+    # slice instead of the whole document (a 1 MiB text is ~200 chunks). A 1,200-token chunk of prose brings
+    # ~270 entity, relation and fact texts to embed, most of a slice's time: a slice of 2 took 7.3 s at load
+    # 4-6 on two cores (12 of its 14.8 s of profile in embedding them), so one chunk per slice keeps a one-line
+    # insert's wait near the 5 s target (docs/bench/insert_lag.md); larger slices publish fewer versions.
+    slice_chunks: int = Field(1, ge=1)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
     # A named index's updater (one per index, mostly idle) reserves this share: with the default index's
     # share each, a service on a small node could not start the updater of its fifth index.

@@ -31,6 +31,8 @@ from hygraph.updater.publishing import Points, Publisher, return_memory
 log = logging.getLogger("hygraph.updater")
 # Failures worth retrying later (the job stays queued); anything else fails the job.
 RETRYABLE = (BackendError, StoreUnavailable)
+# A write step this long (a slice, a large batch) leaves enough garbage to pay for a full collection.
+FULL_COLLECTION_S = 1.0
 
 
 class IndexUpdater:
@@ -239,7 +241,7 @@ class IndexUpdater:
                 if kind != "applied":  # the other kind of slice goes first next time
                     self._slice_kinds.remove(kind)
                     self._slice_kinds.append(kind)
-                return_memory()
+                return_memory(full=result.get("seconds", FULL_COLLECTION_S) >= FULL_COLLECTION_S)
                 return {**result, "kind": kind}
         return None
 
