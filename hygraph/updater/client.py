@@ -13,6 +13,7 @@ from hygraph.updater.publishing import UpdaterBusy
 from hygraph.config import HygraphConfig
 from hygraph.errors import StoreError
 from hygraph.store.journal import Job, Journal, Request
+from hygraph.store.object_journal import open_journal
 from hygraph.store.versions import IndexStore
 
 
@@ -25,7 +26,7 @@ def submit(cfg: HygraphConfig, index_dir: str | Path, request: Request, wait_s: 
     """
     store = IndexStore(index_dir)
     store.manifest()  # a clear error when the directory holds no index
-    journal = Journal(index_dir)
+    journal = open_journal(index_dir, store.objects)
     job = journal.append(request)
     try:
         updater = IndexUpdater(cfg, index_dir)
