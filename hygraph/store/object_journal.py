@@ -62,6 +62,10 @@ class ObjectJournal(Journal):
         with self._append_lock:
             seq = self._tail(self._hint()) if self._next is None else self._next
             while not self.objects.put_if_absent(job_key(seq), data):
+                # A PUT retried after its answer was lost is refused (412) by the object it wrote itself: that
+                # object holds this job's uuid, so it is ours, and taking seq + 1 would record the job twice.
+                if self.objects.get(job_key(seq)) == data:
+                    break
                 after = self._tail(seq)  # lost the race: past everything appended since
                 if after == seq:  # no object at seq yet: another write of it is in flight (S3 409)
                     if time.monotonic() > deadline:

@@ -153,3 +153,23 @@ def test_open_journal_picks_the_file_journal_for_a_directory_and_objects_for_s3(
         assert isinstance(journal, FileJournal) and journal.path == tmp_path / "idx" / "journal" / "journal.jsonl"
         job = journal.append(_insert("d"))
         assert job.end_offset == journal.path.stat().st_size  # byte offsets, as ever
+
+
+class _LostAnswer(LocalObjects):
+    """A store whose first job write lands but whose answer is lost: S3's retried PUT then gets a 412."""
+
+    lost = 1
+
+    def put_if_absent(self, key: str, data: bytes, durable: bool = True) -> bool:
+        stored = super().put_if_absent(key, data, durable)
+        if stored and key.startswith("journal/jobs/") and self.lost:
+            self.lost -= 1
+            return False
+        return stored
+
+
+def test_a_write_whose_answer_was_lost_is_recorded_once(tmp_path):
+    j = ObjectJournal(_LostAnswer(tmp_path))
+    first = j.append(_insert("d1"))
+    assert first.end_offset == 1 and j.append(_insert("d2")).end_offset == 2
+    assert [x.job_id for x in j.jobs()][0] == first.job_id and len(list(j.jobs())) == 2
