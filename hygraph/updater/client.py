@@ -24,7 +24,7 @@ def submit(cfg: HygraphConfig, index_dir: str | Path, request: Request, wait_s: 
     carried the job may have carried others too) and the current version, which holds it (a
     compaction that came due after it publishes the same rows as a version of its own).
     """
-    store = IndexStore(index_dir)
+    store = IndexStore(index_dir, **cfg.store.model_dump())
     store.manifest()  # a clear error when the directory holds no index
     journal = open_journal(index_dir, store.objects)
     job = journal.append(request)

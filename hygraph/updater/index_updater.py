@@ -43,7 +43,7 @@ class IndexUpdater:
         self.publisher = Publisher(cfg, index_dir)
         self.store = self.publisher.store
         self.journal = open_journal(index_dir, self.store.objects)
-        llm = make_llm(cfg.llm, cache_dir=cfg.llm.cache_dir or str(Path(index_dir) / "llm_cache"))
+        llm = make_llm(cfg.llm, cache_dir=cfg.llm.cache_dir or str(self.store.local_dir / "llm_cache"))
         self.applier = Applier(cfg, make_embedder(cfg.embedder), llm, resolve_device(cfg.hierarchy.device))
         self.compactor = Compactor(cfg, self.publisher)
         self.learning = HyperbolicLearning(cfg, self.publisher)
