@@ -322,16 +322,17 @@ def _named_index(cfg: HygraphConfig, args: argparse.Namespace) -> HygraphConfig:
     return named
 
 
-# What an index on object storage (s3://) takes in this release: building, reading and collecting it. The
-# journal, the updater and the service's registry of named indexes still live in a local directory.
-REMOTE_COMMANDS = ("index", "query", "eval", "gc")
+# What an index on object storage (s3://) takes in this release: building, reading, collecting it, and writes
+# applied in process (its journal is objects too). The service (its updater actor, its registry of named
+# indexes) still needs a local directory.
+REMOTE_COMMANDS = ("index", "query", "eval", "gc", "insert", "delete")
 
 
 def _check_remote(command: str, index_dir: str, named: bool = False) -> None:
     if command not in REMOTE_COMMANDS or named:
         what = "--index" if named else f"`hygraph {command}`"
         raise InputError(f"--index-dir {index_dir}: {what} does not take an index on object storage yet (its "
-                         f"journal and updater need a local directory); `hygraph {'/'.join(REMOTE_COMMANDS)}` do")
+                         f"serving updater needs a local directory); `hygraph {'/'.join(REMOTE_COMMANDS)}` do")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -142,10 +142,11 @@ def memory(pid: int | None = None) -> dict[str, float]:
 def role_updates(index_dir: str, docs: str) -> dict[str, Any]:
     """Single-document inserts (served step, then the deferred summaries), then deletes of the same documents."""
     from hygraph.updater.index_updater import IndexUpdater
-    from hygraph.store.journal import Journal, request_of
+    from hygraph.store.journal import request_of
+    from hygraph.store.object_journal import open_journal
 
     cfg = load_config(None)
-    journal = Journal(index_dir)
+    journal = open_journal(index_dir)
     t0 = time.perf_counter()
     updater = IndexUpdater(cfg, index_dir)
     updater.applier.embedder.encode(["warm up"])

@@ -24,7 +24,8 @@ from hygraph.config import load_config
 from hygraph.eval.runner import run_eval
 from hygraph.indexing.build import build_index
 from hygraph.model import load_corpus, load_questions
-from hygraph.store.journal import Journal, request_of
+from hygraph.store.journal import request_of
+from hygraph.store.object_journal import open_journal
 
 
 def _write(path: Path, rows: list[dict]) -> Path:
@@ -33,7 +34,7 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 
 def _insert(cfg, index_dir: Path, rows: list[dict]) -> dict:  # noqa: ANN001
-    Journal(index_dir).append(request_of("insert", {"documents": rows}))
+    open_journal(index_dir).append(request_of("insert", {"documents": rows}))
     updater = IndexUpdater(cfg, index_dir)
     try:
         t0 = time.perf_counter()

@@ -94,7 +94,7 @@ def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, A
     the updater exactly as they grow a built index. No-op when the index holds a version already."""
     from hygraph.backends.embedder import make_embedder
 
-    store = IndexStore(index_dir, create=True)
+    store = IndexStore(index_dir, create=True, **cfg.store.model_dump())
     if store.current_version() is not None:
         return {"version": store.current_version(), "created": False}
     dim = make_embedder(cfg.embedder).dim
@@ -104,13 +104,13 @@ def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, A
     hg = built.graph = graph_stage.build(cfg, [], kb)
     built.cleora = structure.build(cfg.cleora, hg)
     built.vecs = {"entities": none, "relations": none, "hyperedges": none}
-    llm = make_llm(cfg.llm, cache_dir=cfg.llm.cache_dir or str(Path(index_dir) / "llm_cache"))
+    llm = make_llm(cfg.llm, cache_dir=cfg.llm.cache_dir or str(store.local_dir / "llm_cache"))
     built.hier = hierarchy.build(cfg, [], [], none, kb, hg, {"entities": none, "cleora": built.cleora}, llm,
                                  lambda texts: np.zeros((len(texts), dim), np.float32))
     if cfg.hyperbolic.enabled:
         built.hyp = hyperbolic.build(cfg.hyperbolic, [], none)
     built.lexical = lexical.build([], [], hg.entity_ids)
-    vs = vectorstore.connect(cfg.vector_store, index_dir)
+    vs = vectorstore.connect(cfg.vector_store, store.local_dir)
     writer: vectors.CollectionWriter | None = None
     try:
         with store.begin() as w:

@@ -10,6 +10,7 @@ from pathlib import Path
 from hygraph.updater.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.store.journal import Journal
+from hygraph.store.object_journal import open_journal
 from hygraph.store.versions import IndexStore
 
 
@@ -26,7 +27,8 @@ class Tenant:
 
     @classmethod
     def open(cls, name: str, path: Path, cfg: HygraphConfig) -> "Tenant":
-        return cls(name, path, cfg, Journal(path), IndexStore(path), updater_name(path))
+        store = IndexStore(path)
+        return cls(name, path, cfg, open_journal(path, store.objects), store, updater_name(path))
 
     @property
     def floor(self) -> int:

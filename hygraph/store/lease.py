@@ -16,6 +16,10 @@ collection removes no version a live reader lease names (`IndexStore.gc`), so a 
 finds its version's objects gone; a reader that stalled past its term has lost that promise, and says so
 (`ReaderLease.lapsed`) so that it reloads the current version before it reads again.
 
+The updater of an index on object storage holds a lease of the same kind, `leases/updater/<epoch>.json`, for
+as long as it runs (a local index's updater locks a file instead): one updater applies the journal, on
+whatever node.
+
 `expires` is the holder's wall clock: the machines of one index must keep their clocks within a small
 fraction of the term (NTP does); a contender never takes a lease before its expiry on its own clock.
 """
@@ -38,6 +42,7 @@ from hygraph.store.objects import Objects
 log = logging.getLogger(__name__)
 
 PREFIX = "leases/writer/"
+UPDATER = "leases/updater/"
 READERS = "leases/readers/"
 DEFAULT_TERM_S = 30.0
 
@@ -52,40 +57,45 @@ class LeaseRecord:
         return self.expires > (time.time() if now is None else now)
 
 
-def key(epoch: int) -> str:
-    return f"{PREFIX}{epoch:09d}.json"
+class LeaseHeld(StoreError):
+    """Another holder's term of the lease runs past the time a contender would wait."""
 
 
-def epochs(objects: Objects) -> list[int]:
+def key(epoch: int, prefix: str = PREFIX) -> str:
+    return f"{prefix}{epoch:09d}.json"
+
+
+def epochs(objects: Objects, prefix: str = PREFIX) -> list[int]:
     out = []
-    for key in objects.list(PREFIX):
-        name = key[len(PREFIX):]
+    for key in objects.list(prefix):
+        name = key[len(prefix):]
         if name.endswith(".json") and name[:-5].isdigit():
             out.append(int(name[:-5]))
     return sorted(out)
 
 
-def _read(objects: Objects, epoch: int) -> LeaseRecord | None:
-    data = objects.get(key(epoch))
+def _read(objects: Objects, epoch: int, prefix: str) -> LeaseRecord | None:
+    data = objects.get(key(epoch, prefix))
     if data is None:
         return None
     try:
         return LeaseRecord(**json.loads(data))
     except (ValueError, TypeError) as exc:
-        raise StoreError(f"{objects.uri}/{key(epoch)}: not a lease record ({exc})") from None
+        raise StoreError(f"{objects.uri}/{key(epoch, prefix)}: not a lease record ({exc})") from None
 
 
-def newest(objects: Objects) -> tuple[int, LeaseRecord | None]:
+def newest(objects: Objects, prefix: str = PREFIX) -> tuple[int, LeaseRecord | None]:
     """The newest epoch and its record ((0, None) before any writer)."""
-    found = epochs(objects)
-    return (found[-1], _read(objects, found[-1])) if found else (0, None)
+    found = epochs(objects, prefix)
+    return (found[-1], _read(objects, found[-1], prefix)) if found else (0, None)
 
 
 class WriterLease:
-    """One writer's hold on an index: `acquire`, `check` before publishing, `release`."""
+    """One writer's hold on an index: `acquire`, `check` before publishing, `release` (the series under
+    `prefix`: the writer lease, or the updater's)."""
 
-    def __init__(self, objects: Objects, term_s: float = DEFAULT_TERM_S) -> None:
-        self.objects, self.term_s = objects, term_s
+    def __init__(self, objects: Objects, term_s: float = DEFAULT_TERM_S, prefix: str = PREFIX) -> None:
+        self.objects, self.term_s, self.prefix = objects, term_s, prefix
         self.holder = _holder()
         self.epoch: int | None = None
         self.version = 0
@@ -97,19 +107,21 @@ class WriterLease:
         takes), for the version `number(previous holder's record or None)`; returns that version."""
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:
-            epoch, record = newest(self.objects)
+            epoch, record = newest(self.objects, self.prefix)
             now = time.time()
             if record is None or not record.live(now):
                 # Numbered before the lease is won: only a holder publishes, and the last one is done or fenced.
                 self.version = number(record)
-                if self.objects.put_if_absent(key(epoch + 1), self._record(now + self.term_s), durable=False):
+                if self.objects.put_if_absent(key(epoch + 1, self.prefix), self._record(now + self.term_s),
+                                              durable=False):
                     self.epoch, self.renewed = epoch + 1, time.monotonic()
                     _RENEWER.add(self)
                     return self.version
                 continue  # another contender took epoch + 1 first: read it
             if deadline is not None and time.monotonic() >= deadline:
-                raise StoreError(f"{self.objects.uri}: another writer ({record.holder}) holds the index's writer "
-                                 f"lease until {time.strftime('%H:%M:%S', time.localtime(record.expires))}")
+                until = time.strftime("%H:%M:%S", time.localtime(record.expires))
+                raise LeaseHeld(f"{self.objects.uri}: another {self.prefix.split('/')[1]} ({record.holder}) holds "
+                                f"the index's {self.prefix.split('/')[1]} lease until {until}")
             time.sleep(max(0.0, min(record.expires - now, self.term_s / 10, 1.0)))
 
     def _record(self, expires: float) -> bytes:
@@ -118,7 +130,7 @@ class WriterLease:
     def _write(self, expires: float) -> None:
         with self._put:
             if self.epoch is not None:  # not after `release`: a late renewal must not revive the lease
-                self.objects.put(key(self.epoch), self._record(expires), durable=False)
+                self.objects.put(key(self.epoch, self.prefix), self._record(expires), durable=False)
                 self.renewed = time.monotonic()
 
     def renew(self) -> None:
@@ -126,7 +138,7 @@ class WriterLease:
 
     def check(self) -> None:
         """StoreError unless this writer still holds the lease (no newer epoch was taken)."""
-        epoch, record = newest(self.objects)
+        epoch, record = newest(self.objects, self.prefix)
         if self.epoch is None or epoch != self.epoch:
             holder = record.holder if record is not None else "?"
             raise StoreError(f"{self.objects.uri}: this writer's lease (epoch {self.epoch}) was taken over by "
@@ -136,7 +148,7 @@ class WriterLease:
         _RENEWER.remove(self)
         with self._put:
             if self.epoch is not None:
-                self.objects.put(key(self.epoch), self._record(0.0), durable=False)
+                self.objects.put(key(self.epoch, self.prefix), self._record(0.0), durable=False)
                 self.epoch = None
 
 

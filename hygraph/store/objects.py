@@ -88,8 +88,9 @@ class Objects(ABC):
         """Store the local file `path` (written and fsynced) as the immutable object `key`; `path` is moved."""
 
     @abstractmethod
-    def list(self, prefix: str) -> list[str]:
-        """Every key under `prefix` (a folder ending in `/`, or a key's start), sorted."""
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
+        """Every key under `prefix` (a folder ending in `/`, or a key's start), sorted; with `start_after`,
+        only the keys after that one (S3 lists from there: a long folder's tail costs only the tail)."""
 
     @abstractmethod
     def delete(self, key: str) -> int:
@@ -171,7 +172,7 @@ class LocalObjects(Objects):
             os.replace(path, final)
             fsync_dir(final.parent)
 
-    def list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
         folder, _, start = prefix.rpartition("/")
         base = self.root / folder if folder else self.root
         if folder:
@@ -183,7 +184,7 @@ class LocalObjects(Objects):
             rel = Path(dirpath).relative_to(self.root).as_posix()
             for name in files:
                 key = name if rel == "." else f"{rel}/{name}"
-                if key.startswith(prefix) and not name.startswith("."):
+                if key.startswith(prefix) and key > start_after and not name.startswith("."):
                     out.append(key)
         return sorted(out)
 
@@ -360,13 +361,15 @@ class S3Objects(Objects):
         # The writer's copy becomes this node's cached copy: reading it back fetches nothing.
         self.cache.add(key, lambda tmp: os.replace(path, tmp), size)
 
-    def list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
         full = self._key(prefix.rstrip("/")) + ("/" if prefix.endswith("/") else "") if prefix else \
             (f"{self.prefix}/" if self.prefix else "")
         cut = len(self.prefix) + 1 if self.prefix else 0
         out: list[str] = []
+        after = {"StartAfter": self._key(start_after)} if start_after else {}
         try:
-            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full,
+                                                                               **after):
                 out.extend(o["Key"][cut:] for o in page.get("Contents", ()))
         except Exception as exc:  # noqa: BLE001
             raise _s3_error(exc, f"{self.uri}/{prefix}") from None

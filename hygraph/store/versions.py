@@ -382,6 +382,8 @@ class IndexStore:
             n_files += 1
         for epoch in epochs[:-1]:  # past holders' records; the newest is the lease
             self.objects.delete(lease.key(epoch))
+        for epoch in lease.epochs(self.objects, lease.UPDATER)[:-1]:  # the same for the updater's lease
+            self.objects.delete(lease.key(epoch, lease.UPDATER))
         kept = set(remaining)
         derived.remove(self.derived_dir, lambda uid, v, fmt: (uid, fmt) == (self.uid, derived.FORMAT) and v in kept)
         return GcResult(removed, n_files, n_bytes, named, sorted(orphans))

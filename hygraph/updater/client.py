@@ -13,6 +13,7 @@ from hygraph.updater.publishing import UpdaterBusy
 from hygraph.config import HygraphConfig
 from hygraph.errors import StoreError
 from hygraph.store.journal import Job, Journal, Request
+from hygraph.store.object_journal import open_journal
 from hygraph.store.versions import IndexStore
 
 
@@ -23,9 +24,9 @@ def submit(cfg: HygraphConfig, index_dir: str | Path, request: Request, wait_s: 
     carried the job may have carried others too) and the current version, which holds it (a
     compaction that came due after it publishes the same rows as a version of its own).
     """
-    store = IndexStore(index_dir)
+    store = IndexStore(index_dir, **cfg.store.model_dump())
     store.manifest()  # a clear error when the directory holds no index
-    journal = Journal(index_dir)
+    journal = open_journal(index_dir, store.objects)
     job = journal.append(request)
     try:
         updater = IndexUpdater(cfg, index_dir)

@@ -23,7 +23,8 @@ from hygraph.config import HygraphConfig
 from hygraph.errors import BackendError, StoreUnavailable
 from hygraph.indexing.state import IndexState
 from hygraph.indexing.update import Applier, Batch, PresentDocuments, fold_jobs, summary_slice
-from hygraph.store.journal import Job, Journal, Malformed, bounded_error, job_error
+from hygraph.store.journal import Job, Malformed, bounded_error, job_error
+from hygraph.store.object_journal import open_journal
 from hygraph.updater.compaction import Compactor
 from hygraph.updater.learning import HyperbolicLearning
 from hygraph.updater.publishing import Points, Publisher, return_memory
@@ -43,8 +44,8 @@ class IndexUpdater:
         self.cfg = cfg
         self.publisher = Publisher(cfg, index_dir)
         self.store = self.publisher.store
-        self.journal = Journal(index_dir)
-        llm = make_llm(cfg.llm, cache_dir=cfg.llm.cache_dir or str(Path(index_dir) / "llm_cache"))
+        self.journal = open_journal(index_dir, self.store.objects)
+        llm = make_llm(cfg.llm, cache_dir=cfg.llm.cache_dir or str(self.store.local_dir / "llm_cache"))
         self.applier = Applier(cfg, make_embedder(cfg.embedder), llm, resolve_device(cfg.hierarchy.device))
         self.compactor = Compactor(cfg, self.publisher)
         self.learning = HyperbolicLearning(cfg, self.publisher)

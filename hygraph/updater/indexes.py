@@ -15,7 +15,7 @@ from typing import Any
 
 from hygraph.updater.actor import start_updater, stop_updater
 from hygraph.config import HygraphConfig
-from hygraph.store.journal import Journal
+from hygraph.store.object_journal import open_journal
 from hygraph.store.registry import IndexRegistry
 from hygraph.store.versions import IndexStore
 
@@ -54,7 +54,8 @@ def start_named_updaters(cfg: HygraphConfig, registry: IndexRegistry) -> list[st
         store = IndexStore(path)
         if store.current_version() is not None:
             manifest = store.manifest()
-            if (not Journal(path).pending(manifest.journal_offset) and manifest.summaries_pending is None
+            journal = open_journal(path, store.objects)
+            if (not journal.pending(manifest.journal_offset) and manifest.summaries_pending is None
                     and not manifest.chunks_pending):
                 continue
         start_updater(cfg, path, create_empty=True)

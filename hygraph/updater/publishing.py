@@ -16,6 +16,10 @@ unpublished segments are collected. A crash between 2 and 3 leaves rows no versi
 next start deletes them again from the current manifest's `retired` list. Hence every
 acknowledged job is applied exactly once.
 
+One updater applies an index's journal: a local index's takes a file lock (`updater.lock`, released by the
+kernel when the process dies), an index on object storage's the store's updater lease (store/lease.py), which
+holds across nodes and lapses one term after its holder died.
+
 The publisher keeps what was derived from the version it writes on (`LiveIndex`) across changes and
 reloads it only on start, after a failed change (`forget`), or when another writer (a full
 `hygraph index`) replaced the version.
@@ -28,7 +32,7 @@ import gc
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -39,7 +43,10 @@ from hygraph.errors import StoreError
 from hygraph.indexing.state import IndexState
 from hygraph.indexing.update import Applied, LiveIndex
 from hygraph.store.artifacts import ARTIFACTS, TERMS
+from hygraph.store import lease
 from hygraph.store.journal import bounded_error
+from hygraph.store.lease import LeaseHeld, WriterLease
+from hygraph.store.objects import is_remote
 from hygraph.store.versions import IndexStore, VersionWriter
 from hygraph.store.view_loader import release_freed_memory
 
@@ -56,31 +63,44 @@ class Publisher:
 
     def __init__(self, cfg: HygraphConfig, index_dir: str | Path) -> None:
         self.cfg = cfg
-        self.index_dir = Path(index_dir)
         self.store = IndexStore(index_dir, **cfg.store.model_dump())
-        self._lock_fd = self._take_lock()
-        self.vectors = vectorstore.connect(cfg.vector_store, index_dir)
+        self.local_dir = self.store.local_dir  # this node's directory of the index (the managed vector store)
+        self._unlock = self._take_lock()
+        try:
+            self.vectors = vectorstore.connect(cfg.vector_store, self.local_dir)
+        except BaseException:
+            self._unlock()
+            raise
         self.live: LiveIndex | None = None
         self._reconcile()
 
-    def _take_lock(self) -> int:
-        fd = os.open(self.index_dir / "updater.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    def _take_lock(self) -> Callable[[], None]:
+        """Become the index's one updater (UpdaterBusy when another is); returns what lets go. On object
+        storage a contender waits up to one lease term: a holder that died lets go within it."""
+        if is_remote(self.store.uri):
+            hold = WriterLease(self.store.objects, self.store.lease_s, prefix=lease.UPDATER)
+            try:
+                hold.acquire(lambda previous: 0, wait_s=self.store.lease_s)
+            except LeaseHeld as exc:
+                raise UpdaterBusy(f"another updater is running: {exc}") from None
+            return hold.release
+        fd = os.open(self.local_dir / "updater.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise UpdaterBusy(f"{self.index_dir}: another updater is running (a `hygraph serve` on this index?)") \
+            raise UpdaterBusy(f"{self.store.uri}: another updater is running (a `hygraph serve` on this index?)") \
                 from None
-        return fd
+        return lambda: os.close(fd)
 
     def close(self) -> None:
         self.vectors.close()
-        os.close(self._lock_fd)
+        self._unlock()
 
     def reconnect(self) -> None:
         """A fresh store connection: a restarted Milvus Lite server listens on a new port, so the old
         client never recovers on its own (found by loadtests/faults.py --fault store)."""
-        old, self.vectors = self.vectors, vectorstore.connect(self.cfg.vector_store, self.index_dir)
+        old, self.vectors = self.vectors, vectorstore.connect(self.cfg.vector_store, self.local_dir)
         old.close()
 
     def load(self) -> LiveIndex:

@@ -19,7 +19,8 @@ import pytest
 
 from hygraph.client import Client
 from hygraph.core.retrieval.modes import MODE_NAMES
-from hygraph.store.journal import DeleteDocuments, InsertDocuments, Journal
+from hygraph.store.journal import DeleteDocuments, InsertDocuments
+from hygraph.store.object_journal import open_journal
 from tests.index_tables import doc_ids
 from tests.integration.conftest import WRITER_KEY
 from tests.sockets import exposed, listening
@@ -51,7 +52,7 @@ def _documents(index_dir: Path) -> list[str]:
 
 def _expected(index_dir: Path, initial: set[str]) -> set[str]:
     """The documents the journal says must be present: replayed in order, failed jobs skipped."""
-    journal = Journal(index_dir)
+    journal = open_journal(index_dir)
     failed = journal.failed()
     present = set(initial)
     for job in journal.jobs():

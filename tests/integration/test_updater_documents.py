@@ -19,7 +19,8 @@ from hygraph.engine import QueryEngine
 from hygraph.indexing.stages import ingest
 from hygraph.model import Document
 from hygraph.store.artifacts import CHUNKS, DOCUMENTS
-from hygraph.store.journal import DeleteDocuments, InsertDocuments, Job, Journal
+from hygraph.store.journal import DeleteDocuments, InsertDocuments, Job
+from hygraph.store.object_journal import open_journal
 from hygraph.store.versions import IndexStore
 from tests.integration.conftest import DATA
 
@@ -64,7 +65,7 @@ def live(built_index) -> Iterator[tuple[IndexUpdater, QueryEngine]]:
 
 
 def _status(index_dir, job: Job) -> str:
-    return Journal(index_dir).status(job, IndexStore(index_dir).manifest())[0]
+    return open_journal(index_dir).status(job, IndexStore(index_dir).manifest())[0]
 
 
 def _assert_retrievable(engine: QueryEngine, doc: Document) -> None:
@@ -101,9 +102,9 @@ def test_every_acknowledged_insert_becomes_done_and_retrievable(built_index, liv
     updater, engine = live
     doc = Document(f"prop-{shape}-{size}-{seed}", _text(shape, size, seed), f"{shape} {size}")
     assert len(doc.text.encode()) == size
-    job = Journal(index_dir).append(InsertDocuments((doc,)))
+    job = open_journal(index_dir).append(InsertDocuments((doc,)))
     updater.run_until_idle()
-    assert _status(index_dir, job) == "done", Journal(index_dir).failed().get(job.job_id)
+    assert _status(index_dir, job) == "done", open_journal(index_dir).failed().get(job.job_id)
     _assert_retrievable(engine, doc)
 
 
@@ -113,7 +114,7 @@ def test_a_one_line_insert_behind_a_large_document_waits_for_one_slice(built_ind
     slice_chunks = updater.cfg.updates.slice_chunks
     big = Document("slices-big", _text("tiny_sentences", 10_000 * (slice_chunks + 1), 7), "Big")
     assert len(ingest.chunk(updater.cfg, [big])) > 2 * slice_chunks
-    journal = Journal(index_dir)
+    journal = open_journal(index_dir)
     big_job = journal.append(InsertDocuments((big,)))
     first = updater.write_step(defer_summaries=True)
     assert first["kind"] == "applied" and first["chunks_added"] == slice_chunks
@@ -152,7 +153,7 @@ def test_a_one_line_insert_behind_a_large_document_waits_for_one_slice(built_ind
 def test_a_document_deleted_or_rewritten_between_its_slices_ends_as_the_last_write_says(built_index, live):
     index_dir, _ = built_index
     updater, engine = live
-    journal = Journal(index_dir)
+    journal = open_journal(index_dir)
     size = 40_000 * updater.cfg.updates.slice_chunks // 2
     gone = Document("slices-gone", _text("giant_sentence", size, 3), "Gone")
     again = Document("slices-again", _text("giant_sentence", size, 4), "Again")

@@ -23,7 +23,8 @@ from hygraph.indexing.assemble import collect_garbage
 from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.artifacts import LEXICAL_CHUNKS
 from hygraph.store import lease
-from hygraph.store.journal import Journal, request_of
+from hygraph.store.journal import FileJournal, request_of
+from hygraph.store.object_journal import open_journal
 from hygraph.store.objects import open_objects
 from hygraph.store.versions import IndexStore
 from tests.index_tables import chunk_ids, chunks_of, doc_ids, leaves, summaries
@@ -91,7 +92,7 @@ def test_insert_then_delete_touch_only_what_changed(built_index, tmp_path):
 
 def test_bad_insert_input_exits_2_and_journals_nothing(built_index, tmp_path):
     index_dir, _ = built_index
-    journal = Journal(index_dir).path
+    journal = FileJournal(index_dir).path
     size = journal.stat().st_size if journal.is_file() else 0
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "x", "text": "fine"}\n{"id": "y"}\n')
@@ -118,7 +119,7 @@ def test_a_killed_updater_applies_every_document_exactly_once(built_index, tmp_p
     run replays the journal: every acknowledged document is present, once."""
     index_dir, _ = built_index
     docs = _new_docs(index_dir, 3, skip=5)
-    journal = Journal(index_dir)
+    journal = open_journal(index_dir)
     for doc in docs[:2]:
         journal.append(request_of("insert", {"documents": [{**doc, "metadata": {}}]}))
     start = IndexStore(index_dir).current_version()
@@ -142,7 +143,7 @@ def test_a_killed_updater_applies_every_document_exactly_once(built_index, tmp_p
     chunks = chunk_ids(index_dir)
     assert len(chunks) == len(set(chunks))
     manifest = IndexStore(index_dir).manifest()
-    assert all(Journal(index_dir).status(job, manifest)[0] == "done" for job in Journal(index_dir).jobs())
+    assert all(open_journal(index_dir).status(job, manifest)[0] == "done" for job in open_journal(index_dir).jobs())
     assert out["version"] > start
     # In this process (a CLI query each cost a process start; the CLI's query path is test_insert_then_delete's).
     cfg = load_config(None)
@@ -262,7 +263,7 @@ def test_served_inserts_are_retrievable_before_their_summaries_and_deletes_never
     index_dir, _ = built_index
     cfg = load_config(None)
     docs = _new_docs(index_dir, 4, skip=20)
-    journal, store = Journal(index_dir), IndexStore(index_dir)
+    journal, store = open_journal(index_dir), IndexStore(index_dir)
     updater = IndexUpdater(cfg, index_dir)
     engine = QueryEngine(cfg, index_dir)
     try:

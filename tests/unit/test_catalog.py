@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from hygraph.store.artifacts import DOCUMENTS, Artifact, DocumentRow, metadata_text
 from hygraph.store.catalog import Catalog
-from hygraph.store.journal import Journal, request_of
+from hygraph.store.journal import request_of
+from hygraph.store.object_journal import open_journal
 from hygraph.store.manifest import HierarchyInfo, Manifest
 from hygraph.store.versions import IndexStore
 
@@ -73,7 +74,7 @@ def test_metadata_is_returned_and_a_version_written_before_the_column_reads_it_a
 
 
 def test_queued_inserts_count_as_held_and_queued_deletes_do_not(tmp_path):
-    journal = Journal(tmp_path)
+    journal = open_journal(tmp_path)
     first = journal.append(request_of("insert", {"documents": [{"id": "new", "text": "t"}]}))
     assert journal.holds_after("new", 0, held=False)
     assert not journal.holds_after("new", first.end_offset, held=False)  # applied already: the version decides

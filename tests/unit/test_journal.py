@@ -4,12 +4,12 @@ import pytest
 
 from hygraph.errors import InputError, StoreError
 from hygraph.model import Document
-from hygraph.store.journal import (MAX_ERROR_CHARS, DeleteDocuments, InsertDocuments, Journal, Malformed, job_error,
+from hygraph.store.journal import (MAX_ERROR_CHARS, DeleteDocuments, FileJournal, InsertDocuments, Malformed, job_error,
                                      request_of)
 
 
 def test_jobs_are_appended_in_order_with_growing_offsets(tmp_path):
-    j = Journal(tmp_path)
+    j = FileJournal(tmp_path)
     a = j.append(request_of("insert", {"documents": [{"id": "d1", "text": "one"}]}))
     b = j.append(request_of("delete", {"ids": ["d1"]}))
     assert 0 < a.end_offset < b.end_offset == j.path.stat().st_size
@@ -23,7 +23,7 @@ def test_jobs_are_appended_in_order_with_growing_offsets(tmp_path):
 
 
 def test_a_torn_last_line_is_not_a_job(tmp_path):
-    j = Journal(tmp_path)
+    j = FileJournal(tmp_path)
     a = j.append(request_of("insert", {"documents": []}))
     with j.path.open("ab") as fh:
         fh.write(b'{"job_id": "torn", "op": "ins')
@@ -31,11 +31,11 @@ def test_a_torn_last_line_is_not_a_job(tmp_path):
 
 
 def test_an_empty_journal_has_no_jobs(tmp_path):
-    assert list(Journal(tmp_path).jobs()) == []
+    assert list(FileJournal(tmp_path).jobs()) == []
 
 
 def test_requests_are_checked_before_anything_is_written(tmp_path):
-    j = Journal(tmp_path)
+    j = FileJournal(tmp_path)
     for request, field in [
         (InsertDocuments((Document("ok", "x"), Document("a\nb", "x"))), "documents.1.id"),
         (InsertDocuments((Document("ok", "Oahu \ud800 luau"),)), "documents.0.text"),
@@ -53,7 +53,7 @@ def test_requests_are_checked_before_anything_is_written(tmp_path):
 
 def test_a_malformed_line_becomes_an_invalid_job_and_later_jobs_still_parse(tmp_path):
     """Lines written by hand or by a version without the input rules must never stop the reader."""
-    j = Journal(tmp_path)
+    j = FileJournal(tmp_path)
     a = j.append(request_of("insert", {"documents": [{"id": "d1", "text": "one"}]}))
     with j.path.open("ab") as fh:
         fh.write(b'{"job_id": "' + b"f" * 32
@@ -71,7 +71,7 @@ def test_a_malformed_line_becomes_an_invalid_job_and_later_jobs_still_parse(tmp_
 
 
 def test_failed_errors_are_one_bounded_line(tmp_path):
-    j = Journal(tmp_path)
+    j = FileJournal(tmp_path)
     j.mark_failed("abc", "StoreError: parse error near '" + "x" * 5000 + "'\nsecond line")
     error = j.failed()["abc"]
     assert "\n" not in error and len(error) <= MAX_ERROR_CHARS + 1

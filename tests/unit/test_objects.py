@@ -113,6 +113,27 @@ def test_a_released_lease_is_taken_at_once(uri):
     second.release()
 
 
+def test_the_updater_lease_is_apart_from_the_writer_lease_and_gc_keeps_only_its_newest_epoch(tmp_path):
+    """An index on object storage has one updater (`leases/updater/`) for as long as it runs, and that updater
+    still takes the writer lease for each version it publishes."""
+    store = IndexStore(str(tmp_path), create=True)
+    updater = WriterLease(store.objects, term_s=30.0, prefix=lease.UPDATER)
+    updater.acquire(lambda previous: 0, wait_s=0.0)
+    with pytest.raises(lease.LeaseHeld, match="another updater .* holds the index's updater lease"):
+        WriterLease(store.objects, term_s=30.0, prefix=lease.UPDATER).acquire(lambda previous: 0, wait_s=0.0)
+    with store.begin(wait_s=0.0) as w:  # the writer lease is free all the same
+        w.replace(DOCUMENTS, _docs("a"), DIMS)
+        w.commit(Manifest(dims=DIMS))
+    updater.release()
+    again = WriterLease(store.objects, term_s=30.0, prefix=lease.UPDATER)
+    again.acquire(lambda previous: 0, wait_s=0.0)  # released: taken at once
+    assert lease.epochs(store.objects, lease.UPDATER) == [1, 2] and lease.epochs(store.objects) == [1]
+    store.gc(keep=1, grace_s=0.0)
+    assert lease.epochs(store.objects, lease.UPDATER) == [2]
+    again.check()
+    again.release()
+
+
 def _docs(*ids: str) -> list[DocumentRow]:
     return [DocumentRow(i, f"title {i}", "", ()) for i in ids]
 

@@ -1,0 +1,59 @@
+"""Writes to an index on object storage with no server (issue 30 item 6): `hygraph insert` journals the job as
+an object in the bucket (store/object_journal.py) and applies it in process under the store's updater lease;
+`hygraph query` finds the document, `hygraph delete` removes it, and the jobs read done. On a real S3 server
+(SeaweedFS on loopback, tests/s3server.py); the index is made empty in this process (`create_empty_index`, what
+`POST /v1/indexes` runs), so no Ray is started."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from hygraph.config import load_config
+from hygraph.indexing.build import create_empty_index
+from hygraph.store.object_journal import ObjectJournal, job_key, open_journal
+from hygraph.store.versions import IndexStore
+from tests.integration.conftest import cli_env, last_json, run_cli
+
+pytestmark = pytest.mark.integration
+
+MARKER = {"id": "s3-marker-doc", "title": "Quokka lanterns of Zanzibar",
+          "text": "The quokka lantern festival of Zanzibar floats paper quokkas down the harbour each spring."}
+
+
+def test_insert_and_delete_on_an_s3_index_without_a_server(s3_server, tmp_path, monkeypatch):
+    env = cli_env(**s3_server.env(), HYGRAPH__VECTOR_STORE__SERVER_DIR=str(tmp_path / "milvus"),
+                  HYGRAPH__STORE__CACHE_DIR=str(tmp_path / "cache"))
+    for name, value in s3_server.env().items():  # what boto3 reads, as the commands' environment has it
+        monkeypatch.setenv(name, value)
+    remote = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:8]}/index"
+    assert create_empty_index(load_config(None, env=env), remote)["created"]
+    (tmp_path / "new.jsonl").write_text(json.dumps(MARKER) + "\n")
+    ins = last_json(run_cli("insert", "--index-dir", remote, "--corpus", str(tmp_path / "new.jsonl"), env=env))
+    assert ins["documents"] == 1 and ins["chunks"] >= 1 and ins["version"] >= 2
+    found = last_json(run_cli("query", "--index-dir", remote, "--mode", "dense", "--k", "3", MARKER["title"],
+                              env=env))
+    assert found["index_version"] == ins["version"] and found["passages"][0]["id"] == MARKER["id"]
+    gone = last_json(run_cli("delete", "--index-dir", remote, "--ids", MARKER["id"], env=env))
+    assert gone["documents_removed"] == 1 and gone["version"] > ins["version"]
+    missed = last_json(run_cli("query", "--index-dir", remote, "--mode", "dense", "--k", "3", MARKER["title"],
+                               env=env))
+    assert missed["index_version"] == gone["version"]
+    assert MARKER["id"] not in [p["id"] for p in missed["passages"]]
+
+    store = IndexStore(remote, cache_dir=str(tmp_path / "cache"))
+    journal = open_journal(remote, store.objects)
+    assert isinstance(journal, ObjectJournal)
+    jobs = list(journal.jobs())
+    assert [(j.op, j.end_offset) for j in jobs] == [("insert", 1), ("delete", 2)]
+    manifest = store.manifest()
+    assert manifest.journal_offset == 2 and journal.pending(manifest.journal_offset) == 0
+    assert [journal.status(j, manifest) for j in jobs] == [("done", None), ("done", None)]
+    assert store.objects.list("journal/jobs/") == [job_key(0), job_key(1)]
+    assert journal.failed() == {} and journal.running() == set()
+    # `hygraph serve` still refuses an s3:// index, naming what it takes.
+    proc = run_cli("serve", "--index-dir", remote, env=env, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "`hygraph index/query/eval/gc/insert/delete` do" in proc.stderr.strip().splitlines()[-1]
