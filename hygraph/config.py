@@ -227,9 +227,10 @@ class UpdatesConfig(Section):
     # reads `running` until the last lands), taking turns with the jobs behind it, which then wait for one
     # slice instead of the whole document (a 1 MiB text is ~200 chunks). A 1,200-token chunk of prose brings
     # ~270 entity, relation and fact texts to embed, most of a slice's time: a slice of 2 took 7.3 s at load
-    # 4-6 on two cores (12 of its 14.8 s of profile in embedding them), so one chunk per slice keeps a one-line
-    # insert's wait near the 5 s target (docs/bench/insert_lag.md); larger slices publish fewer versions.
-    slice_chunks: int = Field(1, ge=1)
+    # 4-6 on two cores (12 of its 14.8 s of profile in embedding them). Slices of 1 cut a one-line insert's wait
+    # behind a 1 MiB document from p50 13.5 to 9.3 s (docs/bench/insert_lag.md) at the cost of twice the
+    # versions; 2 stays the default until the tests that count an insert's versions are re-checked with 1.
+    slice_chunks: int = Field(2, ge=1)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
     # A named index's updater (one per index, mostly idle) reserves this share: with the default index's
     # share each, a service on a small node could not start the updater of its fifth index.

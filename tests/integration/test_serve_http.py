@@ -692,11 +692,18 @@ def test_a_killed_raylet_is_restarted_and_every_acknowledged_document_is_applied
 
 def _idle_version(server: dict, timeout_s: float = 180) -> int:
     """The index's current version once the service's updater has nothing left to publish (no journaled job,
-    no document in slices, no deferred summary, no recalibration) and the Retriever answers that version."""
+    no document in slices, no deferred summary, no recalibration) and the Retriever answers that version. An
+    updater that is not running yet (503 `updater_unavailable`: the raylet test's restart brings it back) is
+    busy: once up it may still publish what it finds."""
     deadline = time.monotonic() + timeout_s
     with Client(server["url"], api_key=KEY) as authed:
         while True:
-            status = authed.updater()
+            try:
+                status = authed.updater()
+            except ApiError as exc:
+                if exc.status != 503:
+                    raise
+                status = {"starting": True, "unavailable": exc.message}
             busy = (status.get("starting") or status["pending"] or status["documents_in_slices"]
                     or status["summaries_pending"] is not None or status["online"]["recalibrating"])
             current = IndexStore(server["index_dir"]).current_version()
