@@ -112,7 +112,7 @@ def test_a_one_line_insert_behind_a_large_document_waits_for_one_slice(built_ind
     index_dir, _ = built_index
     updater, engine = live
     slice_chunks = updater.cfg.updates.slice_chunks
-    big = Document("slices-big", _text("tiny_sentences", 10_000 * (slice_chunks + 1), 7), "Big")
+    big = Document("slices-big", _text("tiny_sentences", 10_000 * max(2, slice_chunks), 7), "Big")
     assert len(ingest.chunk(updater.cfg, [big])) > 2 * slice_chunks
     journal = open_journal(index_dir)
     big_job = journal.append(InsertDocuments((big,)))
