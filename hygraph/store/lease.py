@@ -119,9 +119,9 @@ class WriterLease:
                     return self.version
                 continue  # another contender took epoch + 1 first: read it
             if deadline is not None and time.monotonic() >= deadline:
-                until = time.strftime("%H:%M:%S", time.localtime(record.expires))
-                raise LeaseHeld(f"{self.objects.uri}: another {self.prefix.split('/')[1]} ({record.holder}) holds "
-                                f"the index's {self.prefix.split('/')[1]} lease until {until}")
+                until, kind = time.strftime("%H:%M:%S", time.localtime(record.expires)), self.prefix.split("/")[1]
+                raise LeaseHeld(f"{self.objects.uri}: another {kind} ({record.holder}) holds the index's {kind} "
+                                f"lease until {until}")
             time.sleep(max(0.0, min(record.expires - now, self.term_s / 10, 1.0)))
 
     def _record(self, expires: float) -> bytes:

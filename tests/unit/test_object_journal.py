@@ -5,26 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 
-import pytest
 
 from hygraph.model import Document
 from hygraph.store.journal import DeleteDocuments, FileJournal, InsertDocuments, Malformed, request_of
 from hygraph.store.manifest import Manifest, PendingChunks
 from hygraph.store.object_journal import HINT, HINT_EVERY, ObjectJournal, job_key, open_journal
 from hygraph.store.objects import LocalObjects, open_objects
-
-
-@pytest.fixture(params=["local", "s3"])
-def uri(request, tmp_path, monkeypatch) -> str:
-    """An empty index root: a local directory, or a prefix in a fresh bucket of the session's S3 server."""
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the S3 cache's default directory
-    if request.param == "local":
-        (tmp_path / "idx").mkdir()
-        return str(tmp_path / "idx")
-    server = request.getfixturevalue("s3_env")
-    return f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}/index"
 
 
 def _insert(doc_id: str) -> InsertDocuments:

@@ -21,17 +21,6 @@ from hygraph.store.versions import IndexStore
 DIMS: dict[str, int] = {}
 
 
-@pytest.fixture(params=["local", "s3"])
-def uri(request, tmp_path, monkeypatch) -> str:
-    """An empty index root: a local directory, or a prefix in a fresh bucket of the session's S3 server."""
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the S3 cache's default directory
-    if request.param == "local":
-        (tmp_path / "idx").mkdir()
-        return str(tmp_path / "idx")
-    server = request.getfixturevalue("s3_env")
-    return f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}/index"
-
-
 def test_objects_roundtrip_and_conditional_put(uri):
     objects = open_objects(uri)
     assert objects.get("a/b.json") is None and objects.size("a/b.json") is None
