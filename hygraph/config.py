@@ -223,14 +223,14 @@ class UpdatesConfig(Section):
     # ...and, however long they waited, no more than the last slice's seconds per node say fit in this many
     # seconds: a job waits for at most one slice, so its size bounds a write's lag (docs/bench/insert_lag.md).
     summary_slice_s: float = Field(4.0, gt=0)
-    # New chunks one version applies: a larger document is published in slices of this many chunks (its job
-    # reads `running` until the last lands), taking turns with the jobs behind it, which then wait for one
-    # slice instead of the whole document (a 1 MiB text is ~200 chunks). A 1,200-token chunk of prose brings
-    # ~270 entity, relation and fact texts to embed, most of a slice's time: a slice of 2 took 7.3 s at load
-    # 4-6 on two cores (12 of its 14.8 s of profile in embedding them). Slices of 1 cut a one-line insert's wait
-    # behind a 1 MiB document from p50 13.5 to 9.3 s (docs/bench/insert_lag.md) at the cost of twice the
-    # versions; 2 stays the default until the tests that count an insert's versions are re-checked with 1.
-    slice_chunks: int = Field(2, ge=1)
+    # New chunks one version applies, counted in tokens: whole chunks are taken until the next would pass this
+    # (at least one), so a larger document is published in slices (its job reads `running` until the last
+    # lands), taking turns with the jobs behind it, which then wait for one slice instead of the whole document
+    # (a 1 MiB text is ~230 chunks). Tokens, not chunks: a chunk's cost (extraction, and embedding the ~270
+    # entity, relation and fact texts a 1,200-token chunk of prose brings) follows its length, so a burst of
+    # one-line inserts still lands as one version. One full chunk: a one-line insert behind a 1 MiB document
+    # waited p50 2.1 s, p99 4.3 s on a quiet machine, against 3.0 and 5.3 s with two (docs/bench/insert_lag.md).
+    slice_tokens: int = Field(1200, ge=1)
     num_cpus: float = Field(0.25, gt=0)  # the updater actor's Ray CPU share
     # A named index's updater (one per index, mostly idle) reserves this share: with the default index's
     # share each, a service on a small node could not start the updater of its fifth index.

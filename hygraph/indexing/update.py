@@ -67,6 +67,18 @@ def slice_pending(n_chunks: int, n_entities: int, max_nodes: int | None) -> tupl
     return take_chunks, max(0, min(n_entities, max_nodes - take_chunks))
 
 
+def slice_length(chunks: Sequence[Chunk], budget_tokens: int, taken_tokens: int = 0) -> int:
+    """How many of `chunks` (in order) fit in a version that has taken `taken_tokens` already: whole chunks
+    while the total stays within `budget_tokens`, and the first one always when nothing was taken, however
+    long, so every version makes progress."""
+    total = taken_tokens
+    for n, c in enumerate(chunks):
+        total += c.n_tokens
+        if total > budget_tokens and (n or taken_tokens):
+            return n
+    return len(chunks)
+
+
 def _same(held: Document | None, doc: Document) -> bool:
     """A re-sent document is the one held when its text and metadata are (metadata as stored: `true` is not `1`)."""
     return held is not None and held.text == doc.text and metadata_text(held.metadata) == metadata_text(doc.metadata)
@@ -174,7 +186,7 @@ class Applier:
         the manifest, so they survive a restart. What a batch removes or changes is always taken out of
         the summaries in its own version, so no summary keeps quoting deleted text.
 
-        At most `updates.slice_chunks` new chunks are applied: the documents past that budget are published
+        At most `updates.slice_tokens` tokens of new chunks are applied: the documents past that budget are published
         with the chunks that fit and the rest waits in the manifest for `continue_documents`, so the jobs
         behind a large document wait for one slice, not for the whole document."""
         t0 = time.perf_counter()
@@ -185,9 +197,9 @@ class Applier:
         new_docs = list(batch.add.values())
         chunks = ingest.chunk(self.cfg, new_docs)
         # Whole short documents first: one batched with a large document is not held up by its slices.
-        sizes = {d.id: sum(c.doc_id == d.id for c in chunks) for d in new_docs}
+        sizes = {d.id: sum(c.n_tokens for c in chunks if c.doc_id == d.id) for d in new_docs}
         chunks.sort(key=lambda c: sizes[c.doc_id])  # stable: documents and ordinals keep their order
-        now = chunks[:self.cfg.updates.slice_chunks]
+        now = chunks[:slice_length(chunks, self.cfg.updates.slice_tokens)]
         # A document removed or written again drops its unfinished slices; one cut by the budget adds them.
         m = state.manifest
         m.chunks_pending = [p for p in m.chunks_pending if p.doc_id not in batch.remove and p.doc_id not in batch.add]
@@ -212,7 +224,7 @@ class Applier:
 
     def continue_documents(self, live: LiveIndex, points: hyperbolic.Points,
                            defer_summaries: bool = False) -> Applied | None:
-        """The next slice (`updates.slice_chunks` chunks) of the documents `apply` published in part, oldest
+        """The next slice (`updates.slice_tokens` tokens of chunks) of the documents `apply` published in part, oldest
         first; None when none waits. Stats name the jobs whose last slice this is (`jobs_finished`)."""
         t0 = time.perf_counter()
         before = self._calls()
@@ -220,16 +232,20 @@ class Applier:
         m = state.manifest
         if not m.chunks_pending:
             return None
-        budget, now, finished, rest = self.cfg.updates.slice_chunks, [], [], []
+        now, finished, rest = [], [], []
         for p in m.chunks_pending:
             row = state.get(DOCUMENTS, p.doc_id)
-            if row is None or budget <= 0:  # a document deleted meanwhile has nothing left to apply
-                rest += [p] if row is not None else []
+            if row is None:  # deleted meanwhile: nothing left to apply
+                continue
+            taken = sum(c.n_tokens for c in now)
+            if now and taken >= self.cfg.updates.slice_tokens:  # full: not even chunked again
+                rest.append(p)
                 continue
             left = [c for c in self._chunks_of(row) if c.ordinal >= p.next_ordinal]
-            take, budget = left[:budget], budget - len(left[:budget])
+            take = left[:slice_length(left, self.cfg.updates.slice_tokens, taken)]
             now += take
-            state.put(DOCUMENTS, replace(row, chunks=(*row.chunks, *(c.id for c in take))))
+            if take:
+                state.put(DOCUMENTS, replace(row, chunks=(*row.chunks, *(c.id for c in take))))
             if len(take) < len(left):
                 rest.append(replace(p, next_ordinal=left[len(take)].ordinal))
             else:

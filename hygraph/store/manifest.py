@@ -48,9 +48,9 @@ class PendingSummaries:
 
 @dataclass
 class PendingChunks:
-    """A document applied in slices (`updates.slice_chunks` chunks per version, so one large document never
-    holds up the jobs behind it): its row and first chunks are published, the chunks from `next_ordinal` on
-    follow. Its job reads `running` until the last slice lands."""
+    """A document applied in slices (`updates.slice_tokens` tokens of chunks per version, so one large
+    document never holds up the jobs behind it): its row and first chunks are published, the chunks from
+    `next_ordinal` on follow. Its job reads `running` until the last slice lands."""
 
     doc_id: str
     job_id: str

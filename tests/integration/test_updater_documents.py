@@ -111,13 +111,15 @@ def test_every_acknowledged_insert_becomes_done_and_retrievable(built_index, liv
 def test_a_one_line_insert_behind_a_large_document_waits_for_one_slice(built_index, live):
     index_dir, _ = built_index
     updater, engine = live
-    slice_chunks = updater.cfg.updates.slice_chunks
-    big = Document("slices-big", _text("tiny_sentences", 10_000 * max(2, slice_chunks), 7), "Big")
-    assert len(ingest.chunk(updater.cfg, [big])) > 2 * slice_chunks
+    big = Document("slices-big", _text("tiny_sentences", 20_000, 7), "Big")
+    chunks = ingest.chunk(updater.cfg, [big])
+    # Whole chunks while their tokens fit the budget (every chunk but the last is full), at least one.
+    per_slice = max(1, updater.cfg.updates.slice_tokens // updater.cfg.chunking.size_tokens)
+    assert len(chunks) > 2 * per_slice
     journal = open_journal(index_dir)
     big_job = journal.append(InsertDocuments((big,)))
     first = updater.write_step(defer_summaries=True)
-    assert first["kind"] == "applied" and first["chunks_added"] == slice_chunks
+    assert first["kind"] == "applied" and first["chunks_added"] == per_slice
     assert _status(index_dir, big_job) == "running"
     # A one-line insert arriving while the large document is applied waits for one slice, then its batch.
     small = Document("slices-small", "Kestrel Quayside is a one-line document.", "Small")
@@ -154,7 +156,7 @@ def test_a_document_deleted_or_rewritten_between_its_slices_ends_as_the_last_wri
     index_dir, _ = built_index
     updater, engine = live
     journal = open_journal(index_dir)
-    size = 40_000 * updater.cfg.updates.slice_chunks // 2
+    size = 40_000  # several chunks each: both documents are left with slices to come
     gone = Document("slices-gone", _text("giant_sentence", size, 3), "Gone")
     again = Document("slices-again", _text("giant_sentence", size, 4), "Again")
     for doc in (gone, again):

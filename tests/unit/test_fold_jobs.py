@@ -1,7 +1,7 @@
 import pytest
 
-from hygraph.indexing.update import fold_jobs, slice_pending, summary_slice
-from hygraph.model import Document
+from hygraph.indexing.update import fold_jobs, slice_length, slice_pending, summary_slice
+from hygraph.model import Chunk, Document
 from hygraph.store.journal import DeleteDocuments, InsertDocuments, Job
 
 
@@ -63,3 +63,22 @@ def test_a_summary_slice_doubles_for_each_period_the_backlog_waited(age, period,
 ])
 def test_a_summary_slice_is_bounded_by_seconds_at_the_last_slices_pace(age, node_s, budget, want):
     assert summary_slice(age, 30.0, 8, node_s, budget) == want
+
+
+def _chunks(*tokens: int) -> list[Chunk]:
+    return [Chunk(f"d:{i}", "d", i, "text", n) for i, n in enumerate(tokens)]
+
+
+@pytest.mark.parametrize("tokens,budget,taken,want", [
+    ((1200, 1200, 300), 1200, 0, 1),  # one full chunk per version
+    ((1200, 1200, 300), 2400, 0, 2),
+    ((1200, 1200, 300), 1000, 0, 1),  # the first is taken however long: every version makes progress
+    ((20,) * 100, 1200, 0, 60),       # a burst of one-line documents stays one version
+    ((600, 600), 1200, 0, 2),
+    ((600, 700), 1200, 0, 1),
+    ((700,), 1200, 600, 0),           # a version that took chunks already takes none past the budget
+    ((500, 100), 1200, 600, 2),
+    ((), 1200, 0, 0),
+])
+def test_a_slice_takes_whole_chunks_within_its_token_budget(tokens, budget, taken, want):
+    assert slice_length(_chunks(*tokens), budget, taken) == want
