@@ -250,6 +250,9 @@ class Applier:
                 rest.append(replace(p, next_ordinal=left[len(take)].ordinal))
             else:
                 finished.append(p.job_id)
+        # A job of several documents is finished once none of them has a slice to come.
+        waiting = {p.job_id for p in rest}
+        finished = list(dict.fromkeys(j for j in finished if j not in waiting))
         m.chunks_pending = rest
         self._keep_chunked(rest)
         delta, rebuilt = self._grow(state, live, now, [], points, defer_summaries)
