@@ -27,6 +27,7 @@ class Counter:
     def __init__(self, total: int, label: str, emit: Callable[[str], None] = to_stderr) -> None:
         self.total, self.label, self.done, self.emit = total, label, 0, emit
         self._t0 = self._last = time.monotonic()
+        self._shown = 0  # the count of the last line
         self._bar = tqdm(total=total, desc=label, file=sys.stderr, unit="it", dynamic_ncols=True,
                          mininterval=1.0) if sys.stderr.isatty() else None
 
@@ -43,11 +44,12 @@ class Counter:
         rate = self.done / elapsed
         left = f", about {(self.total - self.done) / rate:.0f} s left" if rate > 0 and self.done < self.total else ""
         self.emit(f"{self.label}: {self.done:,}/{self.total:,} ({rate:,.0f}/s{left})")
+        self._shown = self.done
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-        elif time.monotonic() - self._t0 >= LINE_EVERY_S:
+        elif time.monotonic() - self._t0 >= LINE_EVERY_S and self.done != self._shown:  # not the same line twice
             self._line()
 
     def __enter__(self) -> "Counter":

@@ -25,6 +25,9 @@ START_ATTEMPTS = 3
 START_PAUSE_S = 5.0
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+# Ray Serve's controller, proxy and replicas log to their files under Ray's logs (`serve/`) only: on stderr,
+# which a server's Ray forwards to its terminal, they said a line per request and per deployment step.
+QUIET_SERVE_ENV = {"RAY_SERVE_LOG_TO_STDERR": "0"}
 
 
 def init_ray(cfg: RayConfig, metrics_port: int | None = None, log_to_driver: bool = False) -> None:
@@ -33,7 +36,8 @@ def init_ray(cfg: RayConfig, metrics_port: int | None = None, log_to_driver: boo
     A local Ray listens on 127.0.0.1 only when `cfg.loopback_only` (the local profile);
     `metrics_port` fixes the port of its Prometheus endpoint (serving scrapes it) and must be free.
     Ray's workers log to its session directory, not to this terminal, unless `log_to_driver` (the
-    server's log is where a replica's errors belong); the directory is named once on stderr. (It stays
+    server's log is where an actor's errors belong; Serve's own components log to files in any case); the
+    directory is named once on stderr. (It stays
     Ray's own, under its temp dir: Ray's sockets live there too and must fit a 107-byte socket path,
     which a directory under the index cannot promise.)
     """
@@ -43,12 +47,11 @@ def init_ray(cfg: RayConfig, metrics_port: int | None = None, log_to_driver: boo
 
     if ray.is_initialized():
         return
-    os.environ.update(OFFLINE_ENV)
-    runtime_env: dict[str, Any] = {"env_vars": dict(OFFLINE_ENV)}
-    # A command's terminal is for its own progress: Ray's warnings (token authentication, resource hints) go
-    # to Ray's log files only; the server's log keeps them.
-    kwargs = dict(logging_level=logging.WARNING if log_to_driver else logging.ERROR, configure_logging=True,
-                  log_to_driver=log_to_driver)
+    os.environ.update({**OFFLINE_ENV, **QUIET_SERVE_ENV})
+    runtime_env: dict[str, Any] = {"env_vars": {**OFFLINE_ENV, **QUIET_SERVE_ENV}}
+    # A terminal is for hygraph's own lines: Ray's warnings (token authentication, resource hints) go to Ray's
+    # log files only.
+    kwargs = dict(logging_level=logging.ERROR, configure_logging=True, log_to_driver=log_to_driver)
     if cfg.address:
         context = ray.init(address=cfg.address, runtime_env=runtime_env, **kwargs)
     else:
@@ -65,7 +68,7 @@ def init_ray(cfg: RayConfig, metrics_port: int | None = None, log_to_driver: boo
                                f"(set {', '.join(f'{k}={v}' for k, v in LOOPBACK_ENV.items())} for this process, "
                                "or set ray.loopback_only: false)")
     session = context.address_info.get("session_dir")
-    if session and not log_to_driver:
+    if session:
         print(f"{RAY_LOGS}{os.path.join(session, 'logs')}", file=sys.stderr, flush=True)
     import ray.data
 

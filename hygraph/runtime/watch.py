@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,10 +101,25 @@ def _stdout(stream: IO[bytes], results: list[dict[str, Any]]) -> None:
             sys.stderr.flush()
 
 
+# A line of Ray's C++ runtime in the driver (glog's format: `[2026-11-26 18:37:00,985 E 23626 23626]
+# core_worker.cc:2465: ...`): hints about Ray's own internals, such as the warning every Ray Data build gets
+# about an actor's constructor arguments. They go to `DRIVER_LOG` in Ray's logs directory once it is known.
+RAY_RUNTIME_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ [DIWEF] \d+ \d+\] \S+\.(cc|h):\d+:")
+DRIVER_LOG = "hygraph-driver.log"
+
+
 def _stderr(stream: IO[bytes], last: list[str]) -> None:
-    """The child's stderr, passed on as it comes; remembers its last line and where Ray's logs are."""
+    """The child's stderr, passed on as it comes, but for the Ray runtime's own lines once Ray's logs
+    directory is known (they go to a file there); remembers its last line and where Ray's logs are."""
     for raw in stream:
         line = raw.decode("utf-8", "replace")
+        if len(last) > 1 and RAY_RUNTIME_LINE.match(line):
+            try:
+                with open(os.path.join(last[1], DRIVER_LOG), "a", encoding="utf-8") as log:
+                    log.write(line)
+                continue
+            except OSError:
+                pass  # Ray's directory is gone: the terminal, as for any other line
         sys.stderr.write(line)
         sys.stderr.flush()
         if line.strip():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import socket
@@ -17,7 +18,6 @@ from hygraph.updater import indexes
 from hygraph.updater.actor import start_updater, stop_updater
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
-from hygraph.indexing.build import ensure_demo_index
 from hygraph.serve.app import APP_NAME, LLM_APP_NAME, LLM_ROUTE, build_app, llm_app
 from hygraph.serve.http import api_keys
 from hygraph.serve.supervisor import say as _say
@@ -40,6 +40,8 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
     import ray
     from ray import serve
 
+    # Serve's lines in this process ("Started Serve", "Application ... is ready"): the service says its own.
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
     stop = stop or threading.Event()
     lost = False
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -52,7 +54,6 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
             _adopt_orphans()
         _say("starting Ray" if not ray_cfg.address else f"joining Ray at {ray_cfg.address}")
         init_ray(ray_cfg, metrics_port=cfg.serve.metrics_port, log_to_driver=True)
-        ensure_demo_index(cfg, index_dir)
         serve.start(http_options={"host": host, "port": port, "request_timeout_s": cfg.serve.request_timeout_s})
         vllm = llm_app(cfg)
         if vllm is not None:

@@ -43,7 +43,10 @@ class OnlineUpdater:
     """
 
     def __init__(self, config: dict[str, Any], index_dir: str, create_empty: bool = False) -> None:
-        logging.basicConfig(level=logging.INFO)
+        # hygraph's own lines (what each step applied) at INFO; libraries' (model loading, HTTP clients) only
+        # from WARNING: this actor's output reaches the server's terminal.
+        logging.basicConfig(level=logging.WARNING)
+        logging.getLogger("hygraph").setLevel(logging.INFO)
         self.cfg = HygraphConfig.model_validate(config)
         self.index_dir = index_dir
         self.create_empty = create_empty

@@ -18,6 +18,7 @@ import pytest
 
 from hygraph.data import DEMO_DIR
 from hygraph.processes import locked, pid_alive
+from hygraph.runtime.watch import RAY_LOGS
 from tests.data import DEV_DATA
 
 DATA = DEV_DATA
@@ -127,7 +128,7 @@ def serving(index_dir: Path, log: Path, ready_s: float = 240, **env: str) -> Ite
         proc.wait(30)
         client.close()
         text = log.read_text()
-        if "Failed to bind to address" not in text or attempt == BIND_ATTEMPTS:
+        if not _bind_failed(text) or attempt == BIND_ATTEMPTS:
             raise AssertionError(f"hygraph serve did not become ready:\n{text[-3000:]}")
     try:
         yield {"url": url, "proc": proc, "index_dir": index_dir, "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
@@ -135,6 +136,16 @@ def serving(index_dir: Path, log: Path, ready_s: float = 240, **env: str) -> Ite
     finally:
         client.close()
         _interrupt(proc)
+
+
+def _bind_failed(log_text: str) -> bool:
+    """Whether Serve's proxy could not bind its port: said in Serve's own log files (`serve/` in the Ray logs
+    directory the server's log names), or in the server's log."""
+    if "Failed to bind to address" in log_text:
+        return True
+    logs = [line.split(RAY_LOGS, 1)[1].strip() for line in log_text.splitlines() if RAY_LOGS in line]
+    return any("Failed to bind to address" in path.read_text(errors="replace")
+               for path in (Path(logs[-1]) / "serve").glob("*.log")) if logs else False
 
 
 def _interrupt(proc: subprocess.Popen) -> None:

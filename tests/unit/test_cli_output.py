@@ -165,3 +165,21 @@ def test_the_watched_child_dies_with_its_watcher(tmp_path):
         time.sleep(0.05)
     os.kill(child_pid, signal.SIGKILL)
     pytest.fail("the child outlived its watcher")
+
+
+def test_ray_runtime_lines_go_to_a_file_in_rays_logs_not_to_the_terminal(tmp_path, capsys):
+    from hygraph.runtime.watch import DRIVER_LOG
+
+    noise = ("[2026-11-26 18:37:00,985 E 23626 23626] core_worker.cc:2465: Actor with class name: "
+             "'MapWorker(MapBatches(EmbedStage))' has constructor arguments in the object store")
+    status, out, err = _watched(f"""
+        import sys
+        print({noise!r}, file=sys.stderr, flush=True)  # before Ray's directory is known: shown
+        print("[ray] Ray's logs: {tmp_path}", file=sys.stderr, flush=True)
+        print({noise!r}, file=sys.stderr, flush=True)
+        print("[index] chunk+embed ...", file=sys.stderr, flush=True)
+        print('{{"version": 1}}')
+    """, capsys)
+    assert status == 0 and out == '{"version": 1}\n'
+    assert err.count(noise) == 1 and err.strip().endswith("[index] chunk+embed ...")
+    assert (tmp_path / DRIVER_LOG).read_text() == noise + "\n"
