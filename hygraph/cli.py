@@ -189,13 +189,13 @@ def cmd_serve(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 
     if is_remote(args.index_dir or cfg.index_dir):
         _check_remote("serve", args.index_dir or cfg.index_dir)
+    _build_demo_index(args.index_dir or cfg.index_dir, args.config)
     index_dir = Path(args.index_dir or cfg.index_dir)
-    _build_demo_index(index_dir, args.config)
     return run_server(cfg, index_dir, host=args.host or cfg.serve.host, port=args.port or cfg.serve.port,
                       address=args.address)
 
 
-def _build_demo_index(index_dir: Path, config: str | None) -> None:
+def _build_demo_index(index_dir: str, config: str | None) -> None:
     """An index directory that holds no index yet gets the bundled demo index first, built by `hygraph index`
     in a process of its own: the terminal then shows that command's progress lines and none of Ray's, as
     it would for the command itself. Built in the service's process, each line came twice (the assembling
@@ -204,12 +204,12 @@ def _build_demo_index(index_dir: Path, config: str | None) -> None:
     from hygraph.data import DEMO_DIR
     from hygraph.store.versions import IndexStore
 
-    if index_dir.is_dir() and IndexStore(index_dir).current_version() is not None:
+    if (is_remote(index_dir) or Path(index_dir).is_dir()) and IndexStore(index_dir).current_version() is not None:
         return
     print(f"[hygraph] {index_dir} holds no index: building the bundled demo index "
           "(about 4 minutes on 2 CPU cores)", file=sys.stderr, flush=True)
     command = [sys.executable, "-m", "hygraph.cli", "index", "--corpus", str(DEMO_DIR / "corpus.jsonl"),
-               "--index-dir", str(index_dir), *(["--config", config] if config else [])]
+               "--index-dir", index_dir, *(["--config", config] if config else [])]
     env = {k: v for k, v in os.environ.items() if k != CHILD_ENV}  # a command of its own, watched as one
     # Its stdout is the build's JSON result, which is not the service's to print.
     status = subprocess.run(command, stdout=subprocess.DEVNULL, env=env).returncode
