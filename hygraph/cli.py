@@ -186,11 +186,8 @@ def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 def cmd_serve(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.serve.runner import run_server
 
-    if is_remote(args.index_dir or cfg.index_dir):
-        _check_remote("serve", args.index_dir or cfg.index_dir)
-    index_dir = Path(args.index_dir or cfg.index_dir)
-    return run_server(cfg, index_dir, host=args.host or cfg.serve.host, port=args.port or cfg.serve.port,
-                      address=args.address)
+    return run_server(cfg, str(args.index_dir or cfg.index_dir), host=args.host or cfg.serve.host,
+                      port=args.port or cfg.serve.port, address=args.address)
 
 
 def cmd_serve_config(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -322,17 +319,18 @@ def _named_index(cfg: HygraphConfig, args: argparse.Namespace) -> HygraphConfig:
     return named
 
 
-# What an index on object storage (s3://) takes in this release: building, reading, collecting it, and writes
-# applied in process (its journal is objects too). The service (its updater actor, its registry of named
-# indexes) still needs a local directory.
-REMOTE_COMMANDS = ("index", "query", "eval", "gc", "insert", "delete")
+# What an index on object storage (s3://) takes in this release: building, reading, collecting it, writes
+# applied in process (its journal is objects too) and serving it. Named indexes (the service's registry)
+# still need a local directory.
+REMOTE_COMMANDS = ("index", "query", "eval", "gc", "insert", "delete", "serve")
 
 
 def _check_remote(command: str, index_dir: str, named: bool = False) -> None:
     if command not in REMOTE_COMMANDS or named:
         what = "--index" if named else f"`hygraph {command}`"
-        raise InputError(f"--index-dir {index_dir}: {what} does not take an index on object storage yet (its "
-                         f"serving updater needs a local directory); `hygraph {'/'.join(REMOTE_COMMANDS)}` do")
+        raise InputError(f"--index-dir {index_dir}: {what} does not take an index on object storage yet (the "
+                         f"registry of named indexes needs a local directory); "
+                         f"`hygraph {'/'.join(REMOTE_COMMANDS)}` do")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from hygraph.updater.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.errors import IndexNotReady, StoreUnavailable
 from hygraph.store.journal import bounded_error
+from hygraph.store.objects import index_uri
 from hygraph.store.versions import IndexStore
 
 if TYPE_CHECKING:  # the update path (models, torch) is imported in the actor, not where it is started
@@ -226,7 +227,7 @@ def start_updater(cfg: HygraphConfig, index_dir: str | Path, create_empty: bool 
     share = cfg.updates.named_num_cpus if create_empty else cfg.updates.num_cpus
     remote = ray.remote(num_cpus=share, max_restarts=-1, max_concurrency=4)(OnlineUpdater)
     return remote.options(name=updater_name(index_dir), namespace="hygraph", lifetime="detached",
-                          get_if_exists=True).remote(cfg.model_dump(), str(Path(index_dir).resolve()), create_empty)
+                          get_if_exists=True).remote(cfg.model_dump(), index_uri(index_dir), create_empty)
 
 
 def stop_updater(index_dir: str | Path) -> None:
