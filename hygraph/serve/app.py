@@ -84,7 +84,7 @@ def app_builder(args: dict[str, Any]) -> Application:
     cfg = load_config(args.get("config"))
     index_dir = args.get("index_dir") or cfg.index_dir
     start_updater(cfg, index_dir)  # detached: it outlives this build task, one per index
-    registry = IndexRegistry(index_dir)
+    registry = IndexRegistry(index_dir, cfg.store.cache_dir)
     indexes.resume_removals(cfg.for_named_index(registry.root), registry)
     indexes.start_named_updaters(cfg.for_named_index(registry.root), registry)
     return build_app(cfg, index_dir)

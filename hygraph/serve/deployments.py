@@ -112,7 +112,7 @@ class Retriever:
     def __init__(self, config: dict[str, Any], index_dir: str) -> None:
         self.cfg = cfg = HygraphConfig.model_validate(config)
         self.index_dir = index_dir
-        self.registry = IndexRegistry(index_dir)
+        self.registry = IndexRegistry(index_dir, cfg.store.cache_dir)
         self._named_cfg = cfg.for_named_index(self.registry.root)
         self._pipeline: QueryPipeline | None = None
         self._named: OrderedDict[str, QueryPipeline] = OrderedDict()

@@ -46,7 +46,7 @@ class Gateway:
         self.retriever, self.embedder, self.generator = (
             h.options(_by_reference=False) if h is not None else None for h in (retriever, embedder, generator))
         uri = index_uri(index_dir)
-        self.registry = IndexRegistry(uri)
+        self.registry = IndexRegistry(uri, cfg.store.cache_dir)
         root = self.registry.root  # this node's directory for the default index (the index itself when local)
         self.access = Access(cfg.serve, cfg.profile, root / "keys.json")
         self.metrics = IngressMetrics()

@@ -48,7 +48,7 @@ def run_server(cfg: HygraphConfig, index_dir: str, host: str, port: int, address
     ray_cfg = cfg.ray.model_copy(update={"address": address}) if address else cfg.ray
     ensure_port_free(host, port, "serve.port (--port)")
     index_dir = index_uri(index_dir)
-    registry = IndexRegistry(index_dir)
+    registry = IndexRegistry(index_dir, cfg.store.cache_dir)
     # The managed vector store lives in this node's directory for the index (the index itself when local).
     store = vectorstore.connect(cfg.vector_store, registry.root)
     try:

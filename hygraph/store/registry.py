@@ -55,12 +55,13 @@ class IndexInfo:
 
 
 class IndexRegistry:
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], cache_dir: str = "") -> None:
+        """`cache_dir`: `store.cache_dir`, where this node's directory for an index on object storage is."""
         self.uri = str(root)
         # Named indexes live in the service's own directory; a default index on object storage has none
         # yet (reserve refuses), so its root is only this node's directory for it, which holds no `indexes/`.
         self.remote = is_remote(self.uri)
-        self.root = local_dir_of(self.uri) if self.remote else Path(root)
+        self.root = local_dir_of(self.uri, cache_dir) if self.remote else Path(root)
         self.dir = self.root / "indexes"
         self._quota_lock = threading.Lock()  # two writes of one quota file from this process: one at a time
 
