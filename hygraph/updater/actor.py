@@ -139,7 +139,7 @@ class OnlineUpdater:
         due recalibration, else L_inc steps, else a due compaction. True when something was done (the loop
         goes on without waiting)."""
         if self.updater is None:
-            if IndexStore(self.index_dir).current_version() is None:
+            if IndexStore(self.index_dir, **self.cfg.store.model_dump()).current_version() is None:
                 if not self.create_empty:
                     return False  # the default index: its first version is a build's
                 from hygraph.indexing.build import create_empty_index
@@ -198,8 +198,8 @@ class OnlineUpdater:
 
     def status(self) -> dict[str, Any]:
         if self.updater is None:  # loading its models, or no index version yet
-            return {"starting": True, "index_version": IndexStore(self.index_dir).current_version(),
-                    "last_error": self.last_error}
+            current = IndexStore(self.index_dir, **self.cfg.store.model_dump()).current_version()
+            return {"starting": True, "index_version": current, "last_error": self.last_error}
         learner = self.updater.learning.learner
         manifest = self.updater.store.manifest()
         waiting = manifest.summaries_pending
