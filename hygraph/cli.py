@@ -187,12 +187,9 @@ def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
 def cmd_serve(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     from hygraph.serve.runner import run_server
 
-    if is_remote(args.index_dir or cfg.index_dir):
-        _check_remote("serve", args.index_dir or cfg.index_dir)
     _build_demo_index(args.index_dir or cfg.index_dir, args.config)
-    index_dir = Path(args.index_dir or cfg.index_dir)
-    return run_server(cfg, index_dir, host=args.host or cfg.serve.host, port=args.port or cfg.serve.port,
-                      address=args.address)
+    return run_server(cfg, str(args.index_dir or cfg.index_dir), host=args.host or cfg.serve.host,
+                      port=args.port or cfg.serve.port, address=args.address)
 
 
 def _build_demo_index(index_dir: str, config: str | None) -> None:
@@ -204,7 +201,9 @@ def _build_demo_index(index_dir: str, config: str | None) -> None:
     from hygraph.data import DEMO_DIR
     from hygraph.store.versions import IndexStore
 
-    if (is_remote(index_dir) or Path(index_dir).is_dir()) and IndexStore(index_dir).current_version() is not None:
+    if is_remote(index_dir):  # a bucket gets no demo: an index on object storage is built with `hygraph index`
+        return
+    if Path(index_dir).is_dir() and IndexStore(index_dir).current_version() is not None:
         return
     print(f"[hygraph] {index_dir} holds no index: building the bundled demo index "
           "(about 4 minutes on 2 CPU cores)", file=sys.stderr, flush=True)
@@ -346,17 +345,18 @@ def _named_index(cfg: HygraphConfig, args: argparse.Namespace) -> HygraphConfig:
     return named
 
 
-# What an index on object storage (s3://) takes in this release: building, reading, collecting it, and writes
-# applied in process (its journal is objects too). The service (its updater actor, its registry of named
-# indexes) still needs a local directory.
-REMOTE_COMMANDS = ("index", "query", "eval", "gc", "insert", "delete")
+# What an index on object storage (s3://) takes in this release: building, reading, collecting it, writes
+# applied in process (its journal is objects too) and serving it. Named indexes (the service's registry)
+# still need a local directory.
+REMOTE_COMMANDS = ("index", "query", "eval", "gc", "insert", "delete", "serve")
 
 
 def _check_remote(command: str, index_dir: str, named: bool = False) -> None:
     if command not in REMOTE_COMMANDS or named:
         what = "--index" if named else f"`hygraph {command}`"
-        raise InputError(f"--index-dir {index_dir}: {what} does not take an index on object storage yet (its "
-                         f"serving updater needs a local directory); `hygraph {'/'.join(REMOTE_COMMANDS)}` do")
+        raise InputError(f"--index-dir {index_dir}: {what} does not take an index on object storage yet (the "
+                         f"registry of named indexes needs a local directory); "
+                         f"`hygraph {'/'.join(REMOTE_COMMANDS)}` do")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from hygraph.errors import ConfigError
 from hygraph.serve.deployments import Embedder, Generator, Retriever, answers_here
 from hygraph.serve.http import api_keys
 from hygraph.serve.ingress import Ingress
+from hygraph.store.objects import index_uri
 
 APP_NAME = "hygraph"
 LLM_APP_NAME, LLM_ROUTE = "llm", "/llm"
@@ -51,7 +52,7 @@ def _sections(cfg: HygraphConfig) -> dict[str, DeploymentConfig]:
 def build_app(cfg: HygraphConfig, index_dir: str | Path) -> Application:
     api_keys(cfg.serve, cfg.profile)  # fail before deploying when keys are required and missing
     tree = cfg.model_dump(mode="json")
-    index_dir = str(Path(index_dir).resolve())
+    index_dir = index_uri(index_dir)
     opts = {name: deployment_options(d) for name, d in _sections(cfg).items()}
     embedder = Embedder.options(**opts["Embedder"]).bind(tree) if "Embedder" in opts else None
     generator = Generator.options(**opts["Generator"]).bind(tree, index_dir) if "Generator" in opts else None
@@ -83,9 +84,9 @@ def app_builder(args: dict[str, Any]) -> Application:
     cfg = load_config(args.get("config"))
     index_dir = args.get("index_dir") or cfg.index_dir
     start_updater(cfg, index_dir)  # detached: it outlives this build task, one per index
-    registry = IndexRegistry(index_dir)
-    indexes.resume_removals(cfg.for_named_index(index_dir), registry)
-    indexes.start_named_updaters(cfg.for_named_index(index_dir), registry)
+    registry = IndexRegistry(index_dir, cfg.store.cache_dir)
+    indexes.resume_removals(cfg.for_named_index(registry.root), registry)
+    indexes.start_named_updaters(cfg.for_named_index(registry.root), registry)
     return build_app(cfg, index_dir)
 
 

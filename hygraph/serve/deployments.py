@@ -38,6 +38,7 @@ from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieva
 from hygraph.serve.answer_cache import AnswerCache, CacheKey
 from hygraph.serve.batching import ContinuousBatcher
 from hygraph.serve.metrics import AnswerCacheMetrics, EmbedderMetrics, IndexMetrics, LLMMetrics
+from hygraph.store.objects import local_dir_of
 from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
 from hygraph.store.versions import IndexStore
 
@@ -111,8 +112,8 @@ class Retriever:
     def __init__(self, config: dict[str, Any], index_dir: str) -> None:
         self.cfg = cfg = HygraphConfig.model_validate(config)
         self.index_dir = index_dir
-        self.registry = IndexRegistry(index_dir)
-        self._named_cfg = cfg.for_named_index(index_dir)
+        self.registry = IndexRegistry(index_dir, cfg.store.cache_dir)
+        self._named_cfg = cfg.for_named_index(self.registry.root)
         self._pipeline: QueryPipeline | None = None
         self._named: OrderedDict[str, QueryPipeline] = OrderedDict()
         self._named_lock = threading.Lock()
@@ -132,7 +133,8 @@ class Retriever:
         threading.Thread(target=self._follow_current, name="hygraph-version-poll", daemon=True).start()
 
     def _open_when_built(self) -> None:
-        if self._pipeline is None and IndexStore(self.index_dir).current_version() is not None:
+        if self._pipeline is None and IndexStore(self.index_dir,
+                                                 **self.cfg.store.model_dump()).current_version() is not None:
             engine = QueryEngine(self.cfg, self.index_dir, embedder=self.encoder.model if self.encoder else None)
             self._pipeline = QueryPipeline(engine)
             log.info("serving index version %d", engine.version)
@@ -189,7 +191,7 @@ class Retriever:
                     self.index_metrics.version.set(self._pipeline.engine.version)
             except Exception:  # noqa: BLE001 - a half-visible version is retried on the next poll
                 log.warning("could not load index version %s; still serving %s",
-                            IndexStore(self.index_dir).current_version(),
+                            IndexStore(self.index_dir, **self.cfg.store.model_dump()).current_version(),
                             self._pipeline.engine.version if self._pipeline else "none", exc_info=True)
             self._follow_named()
 
@@ -268,7 +270,8 @@ class Retriever:
                 return
             self._updater_looked_up[index] = time.monotonic()
             try:
-                updater = self._updater[index] = ray.get_actor(updater_name(self.registry.path(index)),
+                updater = self._updater[index] = ray.get_actor(updater_name(self.index_dir if index == DEFAULT_INDEX
+                                                                            else self.registry.path(index)),
                                                                namespace="hygraph")
             except ValueError:
                 log.info("no OnlineUpdater for index '%s': hyperbolic queries are not learned from", index)
@@ -323,7 +326,7 @@ class Generator:
 
     def __init__(self, config: dict[str, Any], index_dir: str) -> None:
         cfg = HygraphConfig.model_validate(config)
-        self.llm = make_llm(cfg.llm, cache_dir=str(Path(index_dir) / "llm_cache"))
+        self.llm = make_llm(cfg.llm, cache_dir=str(local_dir_of(index_dir, cfg.store.cache_dir) / "llm_cache"))
         self.metrics = LLMMetrics()
 
     def answer(self, retrieval: Retrieval) -> QueryResult:

@@ -29,6 +29,7 @@ from hygraph.serve.http import ApiError
 from hygraph.serve.metrics import IngressMetrics
 from hygraph.serve.quotas import Quotas
 from hygraph.serve.tenants import Tenant
+from hygraph.store.objects import index_uri
 from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
 
 
@@ -44,12 +45,13 @@ class Gateway:
         # hybrid's p50 at concurrency 1 went from about 67 to 52 ms (README, Serving).
         self.retriever, self.embedder, self.generator = (
             h.options(_by_reference=False) if h is not None else None for h in (retriever, embedder, generator))
-        root = Path(index_dir).resolve()
+        uri = index_uri(index_dir)
+        self.registry = IndexRegistry(uri, cfg.store.cache_dir)
+        root = self.registry.root  # this node's directory for the default index (the index itself when local)
         self.access = Access(cfg.serve, cfg.profile, root / "keys.json")
-        self.registry = IndexRegistry(root)
         self.metrics = IngressMetrics()
-        self.index_name = root.name  # the default index's other name in chat's `model`
-        self.default = Tenant.open(DEFAULT_INDEX, root, cfg)
+        self.index_name = uri.rstrip("/").rsplit("/", 1)[-1]  # the default index's other name in chat's `model`
+        self.default = Tenant.open(DEFAULT_INDEX, uri, cfg)
         self._named_cfg = cfg.for_named_index(root)
         self._tenants: dict[str, Tenant] = {}
         self._tenants_lock = threading.Lock()
@@ -71,7 +73,7 @@ class Gateway:
             raise not_found(name)
         with self._tenants_lock:
             tenant = self._tenants.get(name)
-            if tenant is None or not (tenant.path / "index.json").is_file():
+            if tenant is None or not (Path(tenant.path) / "index.json").is_file():
                 tenant = self._tenants[name] = Tenant.open(name, self.registry.path(name), self._named_cfg)
             return tenant
 

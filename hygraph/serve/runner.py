@@ -21,6 +21,7 @@ from hygraph.errors import HygraphError
 from hygraph.serve.app import APP_NAME, LLM_APP_NAME, LLM_ROUTE, build_app, llm_app
 from hygraph.serve.http import api_keys
 from hygraph.serve.supervisor import say as _say
+from hygraph.store.objects import index_uri
 from hygraph.store.registry import IndexRegistry
 
 
@@ -30,7 +31,7 @@ def _key_hint(cfg: HygraphConfig) -> str:
     return f"${cfg.serve.api_keys_env}" if len(from_env) == 1 else "<a key from serve.api_keys>"
 
 
-def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, address: str | None = None,
+def run_server(cfg: HygraphConfig, index_dir: str, host: str, port: int, address: str | None = None,
                stop: threading.Event | None = None) -> dict[str, Any]:
     """Deploy and block until SIGINT/SIGTERM (or `stop`), then take everything down.
 
@@ -48,7 +49,10 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
         signal.signal(sig, lambda *_: stop.set())
     ray_cfg = cfg.ray.model_copy(update={"address": address}) if address else cfg.ray
     ensure_port_free(host, port, "serve.port (--port)")
-    store = vectorstore.connect(cfg.vector_store, index_dir)
+    index_dir = index_uri(index_dir)
+    registry = IndexRegistry(index_dir, cfg.store.cache_dir)
+    # The managed vector store lives in this node's directory for the index (the index itself when local).
+    store = vectorstore.connect(cfg.vector_store, registry.root)
     try:
         if not ray_cfg.address:
             _adopt_orphans()
@@ -64,8 +68,7 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
         _say("starting the OnlineUpdater (applies journaled inserts and deletes)")
         updater = start_updater(cfg, index_dir)
         ray.get(updater.status.remote())
-        registry = IndexRegistry(index_dir)
-        named_cfg = cfg.for_named_index(index_dir)
+        named_cfg = cfg.for_named_index(registry.root)
         indexes.resume_removals(named_cfg, registry)
         indexes.start_named_updaters(named_cfg, registry)
         url = f"http://{host}:{port}"
@@ -96,7 +99,6 @@ def run_server(cfg: HygraphConfig, index_dir: Path, host: str, port: int, addres
             _kill_ray_orphans()
         elif ray.is_initialized():
             try:
-                registry = IndexRegistry(index_dir)
                 for path in [index_dir, *(registry.path(name) for name in registry.names()[1:])]:
                     stop_updater(path)
                 serve.shutdown()

@@ -17,7 +17,7 @@ from hygraph.store.versions import IndexStore
 @dataclass
 class Tenant:
     name: str
-    path: Path
+    path: str | Path  # an s3:// uri for a default index on object storage
     cfg: HygraphConfig  # the service's config, sharing its vector store server for a named index
     journal: Journal
     store: IndexStore
@@ -26,8 +26,8 @@ class Tenant:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def open(cls, name: str, path: Path, cfg: HygraphConfig) -> "Tenant":
-        store = IndexStore(path)
+    def open(cls, name: str, path: str | Path, cfg: HygraphConfig) -> "Tenant":
+        store = IndexStore(path, **cfg.store.model_dump())
         return cls(name, path, cfg, open_journal(path, store.objects), store, updater_name(path))
 
     @property

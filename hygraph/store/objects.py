@@ -44,6 +44,13 @@ def is_remote(uri: str | os.PathLike[str]) -> bool:
     return str(uri).startswith(S3_SCHEME)
 
 
+def index_uri(uri: str | os.PathLike[str]) -> str:
+    """One name for the index at `uri` in every process (actor names, deployment arguments): an s3:// uri
+    as given, a local path made absolute (Path.resolve would turn an s3:// uri into a local path)."""
+    text = str(uri)
+    return text if is_remote(text) else str(Path(text).resolve())
+
+
 def check_key(key: str) -> str:
     """`key` when it is a relative `/`-separated key of plain parts; InputError otherwise."""
     parts = key.split("/")

@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 from hygraph.errors import InputError, StoreError
 from hygraph.store.files import write_atomic
+from hygraph.store.objects import is_remote, local_dir_of
 from hygraph.store.versions import IndexStore
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,63}$"
@@ -54,8 +55,13 @@ class IndexInfo:
 
 
 class IndexRegistry:
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
+    def __init__(self, root: str | os.PathLike[str], cache_dir: str = "") -> None:
+        """`cache_dir`: `store.cache_dir`, where this node's directory for an index on object storage is."""
+        self.uri = str(root)
+        # Named indexes live in the service's own directory; a default index on object storage has none
+        # yet (reserve refuses), so its root is only this node's directory for it, which holds no `indexes/`.
+        self.remote = is_remote(self.uri)
+        self.root = local_dir_of(self.uri, cache_dir) if self.remote else Path(root)
         self.dir = self.root / "indexes"
         self._quota_lock = threading.Lock()  # two writes of one quota file from this process: one at a time
 
@@ -82,6 +88,9 @@ class IndexRegistry:
         check_name(name)
         if name == DEFAULT_INDEX:
             raise IndexExists(f"name: an index named '{name}' exists")
+        if self.remote:
+            raise InputError(f"name: named indexes are not on object storage yet (this service's index is "
+                             f"{self.uri}); serve a local --index-dir to host them")
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / name
         try:
@@ -95,12 +104,13 @@ class IndexRegistry:
         """Documents and version from the manifest; with `size`, the bytes of its files too (a walk over them,
         which listings skip)."""
         path = self.path(name)
-        store = IndexStore(path)
+        store = IndexStore(self.uri if self.remote else path)
         current = store.current_version()
         documents = store.manifest(current).counts.get("documents", 0) if current is not None else 0
         # The index's own files; the vector store's data (one server for every index) is not counted.
         skip = {self.dir, self.root / "milvus"} if name == DEFAULT_INDEX else set()
-        total = sum(f.stat().st_size for f in _files(path, skip)) if size else None
+        # An index on object storage is not walked: its size is its bucket's to report.
+        total = sum(f.stat().st_size for f in _files(path, skip)) if size and not self.remote else None
         return IndexInfo(name, documents, current or 0, total)
 
     def quota(self, name: str) -> dict[str, Any] | None:

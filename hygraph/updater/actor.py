@@ -24,6 +24,7 @@ from hygraph.updater.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.errors import IndexNotReady, StoreUnavailable
 from hygraph.store.journal import bounded_error
+from hygraph.store.objects import index_uri
 from hygraph.store.versions import IndexStore
 
 if TYPE_CHECKING:  # the update path (models, torch) is imported in the actor, not where it is started
@@ -141,7 +142,7 @@ class OnlineUpdater:
         due recalibration, else L_inc steps, else a due compaction. True when something was done (the loop
         goes on without waiting)."""
         if self.updater is None:
-            if IndexStore(self.index_dir).current_version() is None:
+            if IndexStore(self.index_dir, **self.cfg.store.model_dump()).current_version() is None:
                 if not self.create_empty:
                     return False  # the default index: its first version is a build's
                 from hygraph.indexing.build import create_empty_index
@@ -200,8 +201,8 @@ class OnlineUpdater:
 
     def status(self) -> dict[str, Any]:
         if self.updater is None:  # loading its models, or no index version yet
-            return {"starting": True, "index_version": IndexStore(self.index_dir).current_version(),
-                    "last_error": self.last_error}
+            current = IndexStore(self.index_dir, **self.cfg.store.model_dump()).current_version()
+            return {"starting": True, "index_version": current, "last_error": self.last_error}
         learner = self.updater.learning.learner
         manifest = self.updater.store.manifest()
         waiting = manifest.summaries_pending
@@ -229,7 +230,7 @@ def start_updater(cfg: HygraphConfig, index_dir: str | Path, create_empty: bool 
     share = cfg.updates.named_num_cpus if create_empty else cfg.updates.num_cpus
     remote = ray.remote(num_cpus=share, max_restarts=-1, max_concurrency=4)(OnlineUpdater)
     return remote.options(name=updater_name(index_dir), namespace="hygraph", lifetime="detached",
-                          get_if_exists=True).remote(cfg.model_dump(), str(Path(index_dir).resolve()), create_empty)
+                          get_if_exists=True).remote(cfg.model_dump(), index_uri(index_dir), create_empty)
 
 
 def stop_updater(index_dir: str | Path) -> None:

@@ -69,6 +69,7 @@ class IndexUpdater:
                 continue
             if isinstance(job.request, Malformed):
                 log.warning("journal job %s is malformed and skipped: %s", job.job_id, job.request.error)
+                self.publisher.check_lease()
                 self.journal.mark_failed(job.job_id, f"InputError: {job.request.error}")
                 failed[job.job_id] = job.request.error
                 continue
@@ -142,6 +143,8 @@ class IndexUpdater:
     def _fail(self, job_id: str, exc: BaseException) -> None:
         log.warning("journal job %s failed and is skipped: %s", job_id, bounded_error(f"{type(exc).__name__}: {exc}"))
         log.debug("journal job %s failure", job_id, exc_info=exc)
+        # A job marked failed is skipped by every later updater: only the lease's holder may decide that.
+        self.publisher.check_lease()
         self.journal.mark_failed(job_id, job_error(exc))
         self._attempts.pop(job_id, None)
 

@@ -65,6 +65,7 @@ class Publisher:
         self.cfg = cfg
         self.store = IndexStore(index_dir, **cfg.store.model_dump())
         self.local_dir = self.store.local_dir  # this node's directory of the index (the managed vector store)
+        self._lease: WriterLease | None = None  # the updater lease on object storage (_take_lock)
         self._unlock = self._take_lock()
         try:
             self.vectors = vectorstore.connect(cfg.vector_store, self.local_dir)
@@ -83,6 +84,7 @@ class Publisher:
                 hold.acquire(lambda previous: 0, wait_s=self.store.lease_s)
             except LeaseHeld as exc:
                 raise UpdaterBusy(f"another updater is running: {exc}") from None
+            self._lease = hold
             return hold.release
         fd = os.open(self.local_dir / "updater.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -92,6 +94,13 @@ class Publisher:
             raise UpdaterBusy(f"{self.store.uri}: another updater is running (a `hygraph serve` on this index?)") \
                 from None
         return lambda: os.close(fd)
+
+    def check_lease(self) -> None:
+        """StoreError when this updater's lease on an index on object storage was taken over (it stalled past
+        a term): the journal's failed jobs are then the new holder's to write. A local index's lock is
+        held by the kernel for as long as this process lives, so there is nothing to check."""
+        if self._lease is not None:
+            self._lease.check()
 
     def close(self) -> None:
         self.vectors.close()

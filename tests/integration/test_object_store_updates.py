@@ -7,18 +7,22 @@ an object in the bucket (store/object_journal.py) and applies it in process unde
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
 
+from hygraph.client import ApiError, Client
 from hygraph.config import load_config
+from hygraph.data import DEMO_DIR
 from hygraph.indexing.build import create_empty_index
 from hygraph.store.object_journal import ObjectJournal, job_key, open_journal
 from hygraph.store.versions import IndexStore
-from tests.integration.conftest import cli_env, last_json, run_cli
+from tests.integration.conftest import cli_env, last_json, run_cli, serving
 
 pytestmark = pytest.mark.integration
 
+DEMO_CORPUS = DEMO_DIR / "corpus.jsonl"
 MARKER = {"id": "s3-marker-doc", "title": "Quokka lanterns of Zanzibar",
           "text": "The quokka lantern festival of Zanzibar floats paper quokkas down the harbour each spring."}
 
@@ -53,7 +57,51 @@ def test_insert_and_delete_on_an_s3_index_without_a_server(s3_server, tmp_path, 
     assert [journal.status(j, manifest) for j in jobs] == [("done", None), ("done", None)]
     assert store.objects.list("journal/jobs/") == [job_key(0), job_key(1)]
     assert journal.failed() == {} and journal.running() == set()
-    # `hygraph serve` still refuses an s3:// index, naming what it takes.
-    proc = run_cli("serve", "--index-dir", remote, env=env, timeout=120)
+    # A named index (--index) is still refused on an s3:// service root, naming what it takes.
+    proc = run_cli("insert", "--index-dir", remote, "--index", "docs", "--corpus", str(tmp_path / "new.jsonl"),
+                   env=env, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "`hygraph index/query/eval/gc/insert/delete` do" in proc.stderr.strip().splitlines()[-1]
+    assert "`hygraph index/query/eval/gc/insert/delete/serve` do" in proc.stderr.strip().splitlines()[-1]
+
+
+KEY, ADMIN = "s3-key-4e1a", "s3-admin-7b20"
+
+
+def _served(client: Client, job_id: str, question: str, timeout_s: float = 120) -> tuple[dict, dict]:
+    """The job once done, and a dense query answered at (at least) the version it published."""
+    job = client.wait(job_id, timeout_s=timeout_s)
+    assert job["status"] == "done", job
+    deadline = time.monotonic() + 60
+    while (out := client.query(question, mode="dense"))["index_version"] < job["index_version"]:
+        assert time.monotonic() < deadline, "the Retriever did not follow the updater"
+        time.sleep(0.5)
+    return job, out
+
+
+def test_serve_an_s3_index_queries_inserts_and_deletes(s3_server, tmp_path, monkeypatch):
+    """`hygraph serve --index-dir s3://...` (issue 30): the Retriever reads versions from the bucket, the updater
+    actor applies jobs journaled as objects under the prefix, and job status reads them there."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    prefix = f"{uuid.uuid4().hex[:8]}/index"
+    remote = f"s3://{s3_server.bucket}/{prefix}"
+    env = {**s3_server.env(), "HYGRAPH__VECTOR_STORE__SERVER_DIR": str(tmp_path / "milvus"),
+           "HYGRAPH__STORE__CACHE_DIR": str(tmp_path / "cache")}
+    assert create_empty_index(load_config(None, env=cli_env(**env)), remote)["created"]
+    with DEMO_CORPUS.open() as f:
+        passages = [json.loads(next(f)) for _ in range(3)]
+    with serving(remote, tmp_path / "serve.log", HYGRAPH_API_KEYS=KEY, HYGRAPH_ADMIN_KEYS=ADMIN, **env) as srv, \
+            Client(srv["url"], api_key=KEY) as client:
+        built, out = _served(client, client.add_documents(passages)["job_id"], passages[0]["title"])
+        assert out["passages"] and out["passages"][0]["id"] == passages[0]["id"]
+        inserted, out = _served(client, client.add_documents([MARKER])["job_id"], MARKER["title"])
+        assert inserted["index_version"] > built["index_version"] and out["passages"][0]["id"] == MARKER["id"]
+        deleted, out = _served(client, client.delete_document(MARKER["id"])["job_id"], MARKER["title"])
+        assert deleted["index_version"] > inserted["index_version"]
+        assert MARKER["id"] not in [p["id"] for p in out["passages"]]
+        with Client(srv["url"], api_key=ADMIN) as admin, pytest.raises(ApiError) as err:
+            admin.create_index("docs")
+        assert err.value.status == 422 and err.value.message.startswith("name:")
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(
+        Bucket=s3_server.bucket, Prefix=f"{prefix}/journal/jobs/").get("Contents", [])]
+    assert keys == [f"{prefix}/{job_key(n)}" for n in range(3)]
