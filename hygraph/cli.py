@@ -164,12 +164,11 @@ def cmd_demo(cfg: HygraphConfig, args: argparse.Namespace) -> dict[str, Any]:
     """Builds the bundled demo index when the directory has none, then answers sample questions."""
     from hygraph.data import DEMO_DIR
     from hygraph.engine import QueryEngine
-    from hygraph.indexing.build import ensure_demo_index
     from hygraph.model import load_questions
     from hygraph.pipeline import QueryPipeline, QueryRequest
 
     index_dir = Path(args.index_dir)
-    ensure_demo_index(cfg, index_dir)
+    _build_demo_index(str(index_dir), args.config)
     engine = QueryEngine(cfg, index_dir)
     pipeline = QueryPipeline(engine)
     try:

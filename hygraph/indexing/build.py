@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import resource
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -165,13 +164,3 @@ def remove_index(cfg: HygraphConfig, path: str | Path) -> dict[str, Any]:
         vs.close()
     shutil.rmtree(path)
     return {"collections_dropped": len(names)}
-
-
-def ensure_demo_index(cfg: HygraphConfig, index_dir: Path) -> None:
-    """Build the bundled demo corpus into `index_dir` when it holds no version yet."""
-    from hygraph.data import DEMO_DIR
-
-    if not index_dir.is_dir() or IndexStore(index_dir).current_version() is None:
-        print(f"[hygraph] {index_dir} holds no index: building the bundled demo index "
-              f"(about 4 minutes on 2 CPU cores)", file=sys.stderr)
-        build_index(cfg, DEMO_DIR / "corpus.jsonl", index_dir)

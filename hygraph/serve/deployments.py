@@ -270,8 +270,7 @@ class Retriever:
                 return
             self._updater_looked_up[index] = time.monotonic()
             try:
-                updater = self._updater[index] = ray.get_actor(updater_name(self.index_dir if index == DEFAULT_INDEX
-                                                                            else self.registry.path(index)),
+                updater = self._updater[index] = ray.get_actor(updater_name(self.registry.location(index)),
                                                                namespace="hygraph")
             except ValueError:
                 log.info("no OnlineUpdater for index '%s': hyperbolic queries are not learned from", index)

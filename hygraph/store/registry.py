@@ -71,6 +71,11 @@ class IndexRegistry:
             return self.root
         return self.dir / check_name(name)
 
+    def location(self, name: str) -> str:
+        """Index `name` as `IndexStore` and the updater's name take it: the service's own URI for the default
+        index (an s3:// one stays one, not this node's directory for it), the directory of a named one."""
+        return self.uri if name == DEFAULT_INDEX else str(self.path(name))
+
     def exists(self, name: str) -> bool:
         if name == DEFAULT_INDEX:
             return True
@@ -104,7 +109,7 @@ class IndexRegistry:
         """Documents and version from the manifest; with `size`, the bytes of its files too (a walk over them,
         which listings skip)."""
         path = self.path(name)
-        store = IndexStore(self.uri if self.remote else path)
+        store = IndexStore(self.location(name))
         current = store.current_version()
         documents = store.manifest(current).counts.get("documents", 0) if current is not None else 0
         # The index's own files; the vector store's data (one server for every index) is not counted.
