@@ -233,17 +233,18 @@ class Applier:
         if not m.chunks_pending:
             return None
         now, finished, rest = [], [], []
+        taken = 0  # the tokens of `now`
         for p in m.chunks_pending:
             row = state.get(DOCUMENTS, p.doc_id)
             if row is None:  # deleted meanwhile: nothing left to apply
                 continue
-            taken = sum(c.n_tokens for c in now)
             if now and taken >= self.cfg.updates.slice_tokens:  # full: not even chunked again
                 rest.append(p)
                 continue
             left = [c for c in self._chunks_of(row) if c.ordinal >= p.next_ordinal]
             take = left[:slice_length(left, self.cfg.updates.slice_tokens, taken)]
             now += take
+            taken += sum(c.n_tokens for c in take)
             if take:
                 state.put(DOCUMENTS, replace(row, chunks=(*row.chunks, *(c.id for c in take))))
             if len(take) < len(left):
