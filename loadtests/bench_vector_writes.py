@@ -9,7 +9,11 @@ is first on PYTHONPATH (so main's code and a branch's run on the same vectors, o
 layers) with info.json. `replay` writes them into a fresh index directory (its own managed server,
 started before the clock) through the build's CollectionWriter, checks a sample reads back
 bit for bit, and prints one JSON line (vectors, seconds, vectors/s) after the seconds each store
-call took per collection (the calls of collections written side by side overlap).
+call took per collection (the calls of collections written side by side overlap). With `--recall Q`, it
+then searches each collection for Q queries (passage vectors of the chunk collection where the
+dimensions match, as the question-like vectors the retrieval modes send; the collection's own vectors
+otherwise) and prints recall@10 of the server's index against an exact numpy search. The index
+parameters are the config's (`HYGRAPH__VECTOR_STORE__HNSW_EF_CONSTRUCTION=64 ...` to compare).
 """
 
 from __future__ import annotations
@@ -82,7 +86,17 @@ def _timed(vs: Any) -> dict[tuple[str, str], float]:
     return seconds
 
 
-def replay(dump_dir: Path, index_dir: str) -> None:
+def recall_at_10(vs: Any, name: str, ids: list[str], vecs: np.ndarray, metric: str, queries: np.ndarray) -> float:
+    """The share of the exact top 10 (numpy, over every stored vector) that the store's search returns."""
+    scores = queries @ vecs.T
+    if metric != "IP":  # L2: minus the squared distance, without a queries x vectors x dim array
+        scores = 2 * scores - (vecs ** 2).sum(1)[None, :]
+    exact = np.asarray(ids, dtype=object)[np.argsort(-scores, axis=1)[:, :10]]
+    got = vs.search(name, queries, 10)
+    return float(np.mean([len({h.id for h in hits} & set(row)) / 10 for hits, row in zip(got, exact, strict=True)]))
+
+
+def replay(dump_dir: Path, index_dir: str, recall_queries: int = 0) -> None:
     info = json.loads((dump_dir / "info.json").read_text())
     data = {}
     for kind in (k for k in KINDS if k in info):
@@ -110,8 +124,20 @@ def replay(dump_dir: Path, index_dir: str) -> None:
                 assert np.array_equal(vs.fetch(writer.collections[kind], ids[::step]), vecs[::step]), kind
             for (name, call), s in sorted(seconds.items()):
                 print(f"  {name.rsplit('_', 1)[-1]:>10} {call:>16} {s:7.1f} s")
+            recall = {}
+            if recall_queries:
+                rng = np.random.default_rng(0)
+                chunk_vecs = data["chunks"][1]
+                for kind, (ids, vecs, _, metric) in data.items():
+                    pool = chunk_vecs if chunk_vecs.shape[1] == vecs.shape[1] else vecs
+                    queries = pool[rng.choice(len(pool), min(recall_queries, len(pool)), replace=False)]
+                    recall[kind] = round(recall_at_10(vs, writer.collections[kind], ids, vecs, metric, queries), 4)
+            cfg = load_config(None).vector_store
             print(json.dumps({"hygraph": sys.modules["hygraph"].__file__, "vectors": total,
-                              "write_vectors_s": round(dt, 1), "vectors_per_s": round(total / dt)}), flush=True)
+                              "write_vectors_s": round(dt, 1), "vectors_per_s": round(total / dt),
+                              "index": {"type": cfg.index_type, "M": cfg.hnsw_m,
+                                        "efConstruction": cfg.hnsw_ef_construction, "ef": cfg.hnsw_ef_search},
+                              **({"recall_at_10": recall} if recall else {})}), flush=True)
             writer.drop_all()
     finally:
         vs.close()
@@ -126,11 +152,12 @@ def main() -> None:
     r = sub.add_parser("replay")
     r.add_argument("--dump", required=True, type=Path)
     r.add_argument("--index-dir", required=True)
+    r.add_argument("--recall", type=int, default=0, help="queries per collection for recall@10 (0: none)")
     args = ap.parse_args()
     if args.cmd == "dump":
         dump(args.index_dir, args.out)
     else:
-        replay(args.dump, args.index_dir)
+        replay(args.dump, args.index_dir, args.recall)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,18 @@ def test_index_names_that_are_allowed(name):
 def test_index_names_that_are_refused(name):
     with pytest.raises(InputError, match="name"):
         check_name(name)
+
+
+def test_the_registry_locates_the_default_index_by_its_uri_and_a_named_one_by_its_directory(tmp_path):
+    local = IndexRegistry(tmp_path)
+    assert local.location(DEFAULT_INDEX) == str(tmp_path)
+    assert local.location("team-a") == str(tmp_path / "indexes" / "team-a")
+    remote = IndexRegistry("s3://bucket/idx", str(tmp_path / "cache"))
+    # The default index on object storage is the bucket's, not this node's directory for it.
+    assert remote.location(DEFAULT_INDEX) == "s3://bucket/idx"
+    assert remote.path(DEFAULT_INDEX) != Path("s3://bucket/idx")
+    with pytest.raises(InputError, match="name"):
+        remote.location("../x")
 
 
 def test_the_registry_makes_lists_and_detaches_indexes(tmp_path):
