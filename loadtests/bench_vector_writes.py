@@ -12,8 +12,9 @@ bit for bit, and prints one JSON line (vectors, seconds, vectors/s) after the se
 call took per collection (the calls of collections written side by side overlap). With `--recall Q`, it
 then searches each collection for Q queries (passage vectors of the chunk collection where the
 dimensions match, as the question-like vectors the retrieval modes send; the collection's own vectors
-otherwise) and prints recall@10 of the server's index against an exact numpy search. The index
-parameters are the config's (`HYGRAPH__VECTOR_STORE__HNSW_EF_CONSTRUCTION=64 ...` to compare).
+otherwise) and prints recall@10 of the server's index against an exact numpy search, and the median
+wall time of a one-vector search. The index parameters are the config's
+(`HYGRAPH__VECTOR_STORE__HNSW_EF_CONSTRUCTION=64 ...` or `HYGRAPH__VECTOR_STORE__INDEX_TYPE=IVF_FLAT` to compare).
 """
 
 from __future__ import annotations
@@ -96,6 +97,16 @@ def recall_at_10(vs: Any, name: str, ids: list[str], vecs: np.ndarray, metric: s
     return float(np.mean([len({h.id for h in hits} & set(row)) / 10 for hits, row in zip(got, exact, strict=True)]))
 
 
+def search_p50_ms(vs: Any, name: str, queries: np.ndarray) -> float:
+    """The median wall time of a one-question search (top 10), as a query sends it."""
+    times = []
+    for q in queries:
+        t0 = time.perf_counter()
+        vs.search(name, q[None, :], 10)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1000
+
+
 def replay(dump_dir: Path, index_dir: str, recall_queries: int = 0) -> None:
     info = json.loads((dump_dir / "info.json").read_text())
     data = {}
@@ -111,7 +122,11 @@ def replay(dump_dir: Path, index_dir: str, recall_queries: int = 0) -> None:
         with store.begin() as w:
             writer = CollectionWriter(vs, store, w.version)
             t0 = time.perf_counter()
-            if hasattr(writer, "add"):  # this branch: queued, then written side by side
+            if hasattr(writer, "finish"):  # each kind started as it is added, then waited for
+                for kind, (ids, vecs, layers, metric) in data.items():
+                    writer.add(kind, ids, vecs, metric=metric, layers=layers)
+                writer.finish()
+            elif hasattr(writer, "add"):  # queued, then written side by side
                 for kind, (ids, vecs, layers, metric) in data.items():
                     writer.add(kind, ids, vecs, metric=metric, layers=layers)
                 writer.write()
@@ -124,7 +139,8 @@ def replay(dump_dir: Path, index_dir: str, recall_queries: int = 0) -> None:
                 assert np.array_equal(vs.fetch(writer.collections[kind], ids[::step]), vecs[::step]), kind
             for (name, call), s in sorted(seconds.items()):
                 print(f"  {name.rsplit('_', 1)[-1]:>10} {call:>16} {s:7.1f} s")
-            recall = {}
+            recall: dict[str, float] = {}
+            search_ms: dict[str, float] = {}
             if recall_queries:
                 rng = np.random.default_rng(0)
                 chunk_vecs = data["chunks"][1]
@@ -132,12 +148,14 @@ def replay(dump_dir: Path, index_dir: str, recall_queries: int = 0) -> None:
                     pool = chunk_vecs if chunk_vecs.shape[1] == vecs.shape[1] else vecs
                     queries = pool[rng.choice(len(pool), min(recall_queries, len(pool)), replace=False)]
                     recall[kind] = round(recall_at_10(vs, writer.collections[kind], ids, vecs, metric, queries), 4)
+                    search_ms[kind] = round(search_p50_ms(vs, writer.collections[kind], queries[:50]), 2)
             cfg = load_config(None).vector_store
             print(json.dumps({"hygraph": sys.modules["hygraph"].__file__, "vectors": total,
                               "write_vectors_s": round(dt, 1), "vectors_per_s": round(total / dt),
                               "index": {"type": cfg.index_type, "M": cfg.hnsw_m,
                                         "efConstruction": cfg.hnsw_ef_construction, "ef": cfg.hnsw_ef_search},
-                              **({"recall_at_10": recall} if recall else {})}), flush=True)
+                              **({"recall_at_10": recall, "search_p50_ms": search_ms} if recall else {})}),
+                  flush=True)
             writer.drop_all()
     finally:
         vs.close()

@@ -76,11 +76,6 @@ def assemble(job: Assembly, stages: Stages, before_commit: Callable[[], None] = 
     if ing.extract_calls:
         usage.count("extract", calls=ing.extract_calls)
     built = Built(docs, ing)
-    if job.graph:
-        _graph_stages(cfg, built, records, job.kg, stages, ckpt, job.cache_dir, usage)
-    with stages.stage("lexical"):
-        built.lexical = lexical.build(built.chunk_ids, [c.text for c in ing.chunks],
-                                      built.graph.entity_ids if built.graph is not None else None)
     store = IndexStore(job.index_dir, **cfg.store.model_dump())
     vs = vectorstore.connect(cfg.vector_store, job.local)
     writer: vectors.CollectionWriter | None = None
@@ -89,22 +84,32 @@ def assemble(job: Assembly, stages: Stages, before_commit: Callable[[], None] = 
         # Journal jobs already applied to the replaced version stay applied: the rebuild takes
         # over its offset, and jobs after it are applied on top of the new version.
         offset = store.manifest(previous).journal_offset if previous is not None else 0
+        # The version is numbered now, not after the last stage: its collections are named after it, and each
+        # is written as soon as its vectors exist, while the later stages run.
         with store.begin(prefer=ckpt.record.generation) as w:
             writer = vectors.CollectionWriter(vs, store, w.version, kept=ckpt.kept_collections(w.version),
                                               on_written=ckpt.collection_written)
-            with stages.stage("write vectors"):
-                built.write_vectors(writer)
-            if writer.kept:
-                stages.note(f"write vectors: collections {', '.join(writer.kept)} kept from the checkpoint")
+            writer.add("chunks", built.chunk_ids, ing.embeddings)
+            if job.graph:
+                _graph_stages(cfg, built, records, job.kg, stages, ckpt, job.cache_dir, usage, writer)
+            with stages.stage("lexical"):
+                built.lexical = lexical.build(built.chunk_ids, [c.text for c in ing.chunks],
+                                              built.graph.entity_ids if built.graph is not None else None)
             with stages.stage("write snapshot"):
                 manifest = built.write_tables(w, cfg)
-                manifest.generation, manifest.collections = w.version, writer.collections
-                manifest.config_hash, manifest.journal_offset = cfg.index_hash(), offset
-                manifest.llm_calls = usage.calls()
-                manifest.stats.update(_accounting(stages, ckpt, writer, w.bytes_written, job.driver_peak_rss))
-                before_commit()
-                w.commit(manifest)
-                version = w.version
+            with stages.stage("write vectors"):  # what is left of them once every stage is done
+                writer.finish()
+            stages.note(f"write vectors: {writer.vectors_written:,} vectors in {writer.seconds:.1f} s since the "
+                        "first collection started, beside the stages after it")
+            if writer.kept:
+                stages.note(f"write vectors: collections {', '.join(writer.kept)} kept from the checkpoint")
+            manifest.generation, manifest.collections = w.version, writer.collections
+            manifest.config_hash, manifest.journal_offset = cfg.index_hash(), offset
+            manifest.llm_calls = usage.calls()
+            manifest.stats.update(_accounting(stages, ckpt, writer, w.bytes_written, job.driver_peak_rss))
+            before_commit()
+            w.commit(manifest)
+            version = w.version
         writer = None
         ckpt.remove()
         # The versions before a rebuild go once their grace ends, with their segments and collections,
@@ -287,18 +292,6 @@ class Built:
         self.hyp: hyperbolic.Trained | None = None
         self.lexical: dict[Artifact[PostingsRow], list[PostingsRow]] = {}
 
-    def write_vectors(self, writer: vectors.CollectionWriter) -> None:
-        writer.add("chunks", self.chunk_ids, self.ing.embeddings)
-        if self.kb is not None and self.graph is not None:
-            writer.add("entities", self.graph.entity_ids, self.vecs["entities"])
-            writer.add("relations", list(self.kb.relations), self.vecs["relations"])
-            writer.add("hyperedges", self.graph.hyperedge_ids, self.vecs["hyperedges"])
-        if self.hier is not None:
-            writer.add("summaries", self.hier.ids, self.hier.embeddings, layers=self.hier.layers)
-        if self.hyp is not None:
-            writer.add("hyperbolic", self.chunk_ids, self.hyp.storage(), metric="L2")
-        writer.write()
-
     def write_tables(self, w: Any, cfg: HygraphConfig) -> Manifest:
         dims = {"text": int(self.ing.embeddings.shape[1]), "cleora": cfg.cleora.dim}
         contributions = knowledge.per_chunk(self.kb) if self.kb is not None else {}
@@ -346,7 +339,7 @@ class Built:
 
 def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] | None,
                         kg: str | Path | None, stages: Stages, ckpt: Checkpoint, cache_dir: str,
-                        usage: Usage) -> None:
+                        usage: Usage, writer: vectors.CollectionWriter) -> None:
     ing = built.ing
     # Knowledge and the hybrid graph are pure, quick functions of the ingest output: derived again on resume.
     with stages.stage("knowledge"):
@@ -377,6 +370,8 @@ def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] 
             stages, ckpt, "embed entities, relations, hyperedges", embed_knowledge,
             lambda v: checkpoint.save_named(ckpt, "knowledge_vectors", v, knowledge_ids),
             lambda: checkpoint.load_named(ckpt, "knowledge_vectors", knowledge_ids))
+        for kind, ids in knowledge_ids.items():
+            writer.add(kind, ids, built.vecs[kind])
 
         def build_hierarchy() -> hierarchy.HierarchyResult:
             assert pool is not None
@@ -390,6 +385,7 @@ def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] 
         built.hier = resumable(stages, ckpt, "hierarchy", build_hierarchy,
                                 lambda v: checkpoint.save_hierarchy(ckpt, v), lambda: checkpoint.load_hierarchy(ckpt),
                                 llm_calls=llm.usage.calls)
+        writer.add("summaries", built.hier.ids, built.hier.embeddings, layers=built.hier.layers)
     finally:
         if pool is not None:
             pool.close()
@@ -402,3 +398,4 @@ def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] 
             stages, ckpt, "hyperbolic",
             lambda: hyperbolic.build(cfg.hyperbolic, [c.text for c in ing.chunks], ing.embeddings),
             lambda v: checkpoint.save_hyperbolic(ckpt, v), lambda: checkpoint.load_hyperbolic(ckpt))
+        writer.add("hyperbolic", built.chunk_ids, built.hyp.storage(), metric="L2")

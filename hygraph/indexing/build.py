@@ -119,7 +119,7 @@ def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, A
                 writer.add(kind, [], none)
             if built.hyp is not None:
                 writer.add("hyperbolic", [], built.hyp.storage(), metric="L2")
-            writer.write()
+            writer.finish()
             manifest = built.write_tables(w, cfg)
             manifest.generation, manifest.collections = w.version, writer.collections
             manifest.config_hash, manifest.journal_offset = cfg.index_hash(), 0

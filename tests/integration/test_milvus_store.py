@@ -192,7 +192,7 @@ with store.begin() as w:
     writer = CollectionWriter(vs, store, w.version)
     writer.add("chunks", ["c:0", "c:1"], np.eye(2, 4, dtype=np.float32))
     writer.add("entities", ["e'] or pk > 0 or ['"], np.eye(1, 4, dtype=np.float32))
-    writer.write()
+    writer.finish()
     print(json.dumps(sorted(writer.collections.values())), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)  # before the snapshot is written and committed
 """

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -156,7 +157,7 @@ def test_a_resumed_writer_keeps_the_collections_written_and_rewrites_the_rest(tm
         gen = w.version
         writer = CollectionWriter(vs, store, gen, kept=ck.kept_collections(gen), on_written=ck.collection_written)
         writer.add("chunks", ["c1", "c2"], np.eye(2, 3, dtype=np.float32))
-        writer.write()
+        writer.finish()
     chunks = store.collection(gen, "chunks")
     assert ck.record.collections == {"chunks": chunks} and ck.record.generation == gen
     assert writer.vectors_written == 2 and writer.kept == []
@@ -167,17 +168,47 @@ def test_a_resumed_writer_keeps_the_collections_written_and_rewrites_the_rest(tm
         writer = CollectionWriter(vs, store, gen, kept=ck.kept_collections(gen), on_written=ck.collection_written)
         writer.add("chunks", ["c1", "c2"], np.eye(2, 3, dtype=np.float32))
         writer.add("summaries", ["s1"], np.ones((1, 3), np.float32), layers=[1])
-        writer.write()
+        writer.finish()
     assert writer.kept == ["chunks"] and writer.vectors_written == 1
     assert set(ck.record.collections) == {"chunks", "summaries"}
     # A kept collection that gc dropped meanwhile (its build was dead) is written again.
     vs.drop(chunks)
     writer = CollectionWriter(vs, store, gen, kept=ck.kept_collections(gen), on_written=ck.collection_written)
     writer.add("chunks", ["c1", "c2"], np.eye(2, 3, dtype=np.float32))
-    writer.write()
+    writer.finish()
     assert writer.kept == [] and vs.exists(chunks)
     # Another generation: nothing is kept.
     assert ck.kept_collections(gen + 1) == {} and ck.record.collections == {}
+
+
+def test_a_collection_is_written_as_soon_as_it_is_added_and_a_failed_one_stops_the_build_at_the_next(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    vs = connect(FAISS, tmp_path)
+    filling, release, failing = threading.Event(), threading.Event(), threading.Event()
+    real_fill = vs.fill
+
+    def fill(name, *args, **kwargs):
+        if name.endswith("_chunks"):
+            filling.set()
+            assert release.wait(10)
+        if name.endswith("_entities"):
+            failing.set()
+            raise StoreError("the server went away")
+        return real_fill(name, *args, **kwargs)
+
+    vs.fill = fill
+    with store.begin() as w:
+        writer = CollectionWriter(vs, store, w.version)
+        writer.add("chunks", ["c1", "c2"], np.eye(2, 3, dtype=np.float32))
+        assert filling.wait(10)  # written while the build goes on: nobody has called finish
+        release.set()
+        writer.add("entities", ["e1"], np.ones((1, 3), np.float32))
+        assert failing.wait(10)
+        threading.Event().wait(0.5)  # the failed write's thread hands its error over
+        with pytest.raises(StoreError, match="went away"):
+            writer.add("summaries", ["s1"], np.ones((1, 3), np.float32), layers=[1])
+        writer.drop_all()
+    assert not vs.exists(store.collection(w.version, "chunks"))
 
 
 def test_begin_prefers_a_dead_writers_number_only_above_every_published_version(tmp_path):

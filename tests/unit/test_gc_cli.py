@@ -25,7 +25,7 @@ def _build_and_die(index_dir: str) -> None:
         writer.add("chunks", ["c:0", "c:1'] or 1=1"], np.eye(2, 3, dtype=np.float32))
         writer.add("summaries", ["s1"], np.ones((1, 3), np.float32), layers=[1])
         writer.add("entities", [], np.zeros((0, 3), np.float32))  # no rows: no collection
-        writer.write()
+        writer.finish()
         os._exit(0)
 
 

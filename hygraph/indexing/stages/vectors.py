@@ -9,13 +9,13 @@ upserts, and the ids the new version no longer has are retired after it is publi
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from hygraph.backends.vectorstore import VectorStore
+from hygraph.backends.vectorstore import KINDS, VectorStore
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages.ingest import EmbedPool
 from hygraph.indexing.stages.knowledge import Knowledge, KnowledgeChange, entity_text, relation_text
@@ -97,11 +97,14 @@ def update(state: IndexState, embedder: "Embedder", kc: KnowledgeChange, delta: 
 
 
 class CollectionWriter:
-    """A build's collections, one per kind. Their names are recorded in the index directory before any
-    is created, so a build that never commits (a crash, a kill) leaves nothing `hygraph gc` or the
-    next build does not drop. Then every kind is created, filled and sealed side by side: while the
-    server builds one collection's index, this process encodes the next one's rows. A failed build
-    drops them together (`drop_all`).
+    """A build's collections, one per kind. Each kind is written as soon as the build has its vectors
+    (`add`), in a thread of its own, while the build goes on with its later stages: the server builds the
+    chunk collection's index during the graph stages and the knowledge collections' during the hierarchy,
+    instead of every index build waiting for the last stage. `finish` waits for them all.
+
+    Their names are recorded in the index directory before any is created, so a build that never commits
+    (a crash, a kill) leaves nothing `hygraph gc` or the next build does not drop. A failed build drops
+    them together (`drop_all`).
 
     A resumed build passes the collections an earlier run of it fully wrote (`kept`, kind -> name): those
     that still exist are kept; `on_written(kind, name)` is told of each collection once it is sealed."""
@@ -113,38 +116,42 @@ class CollectionWriter:
         self.collections: dict[str, str] = {}
         self.kept: list[str] = []  # kinds kept from an earlier run
         self.vectors_written = 0
-        self.seconds = 0.0
+        self.seconds = 0.0  # from the first collection started to the last one sealed
         self._from_before = dict(kept or {})
         self._on_written = on_written
-        self._pending: list[tuple[str, list[str], np.ndarray, str, list[int] | None]] = []
+        self._pool = ThreadPoolExecutor(max_workers=len(KINDS), thread_name_prefix="collection")
+        self._running: dict[Future[None], str] = {}
+        self._started: float | None = None
 
     def add(self, kind: str, ids: list[str], vectors: np.ndarray, metric: str = "IP",
             layers: list[int] | None = None) -> None:
-        """Queue one kind's rows for `write`; a kind without rows gets no collection unless `keep_empty`."""
-        if ids or self.keep_empty:
-            self._pending.append((kind, ids, vectors, metric, layers))
+        """Start writing one kind's rows; a kind without rows gets no collection unless `keep_empty`."""
+        if not (ids or self.keep_empty):
+            return
+        for done in [f for f in self._running if f.done()]:
+            done.result()  # a collection that failed already fails the build now, not after its last stage
+        if self._started is None:
+            self._started = time.perf_counter()
+        name = self.collections[kind] = self.store.collection(self.generation, kind)
+        self.store.record_collections(self.generation, [name])
+        if self._from_before.get(kind) == name and self.vs.exists(name):
+            self.kept.append(kind)
+            return
+        self._running[self._pool.submit(self._write_one, name, ids, vectors, metric, layers)] = kind
+        self.vectors_written += len(ids)
 
-    def write(self) -> None:
-        t0 = time.perf_counter()
-        names = {kind: self.store.collection(self.generation, kind) for kind, *_ in self._pending}
-        self.store.record_collections(self.generation, names.values())
-        self.collections.update(names)
-        pending, self._pending = self._pending, []
-        todo = []
-        for kind, ids, vecs, metric, layers in pending:
-            if self._from_before.get(kind) == names[kind] and self.vs.exists(names[kind]):
-                self.kept.append(kind)
-            else:
-                todo.append((kind, ids, vecs, metric, layers))
-        if todo:
-            with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="collection") as pool:
-                futures = {pool.submit(self._write_one, names[kind], ids, vecs, metric, layers): kind
-                           for kind, ids, vecs, metric, layers in todo}
-                for done in as_completed(futures):
-                    done.result()
-                    self._on_written(futures[done], names[futures[done]])
-        self.vectors_written += sum(len(ids) for _, ids, *_ in todo)
-        self.seconds += time.perf_counter() - t0
+    def finish(self) -> None:
+        """Wait until every collection added is written and sealed; the first failure is raised."""
+        try:
+            for done in as_completed(self._running):
+                done.result()
+                kind = self._running[done]
+                self._on_written(kind, self.collections[kind])
+        finally:
+            self._running = {}
+            self._pool.shutdown()
+            if self._started is not None:
+                self.seconds = time.perf_counter() - self._started
 
     def _write_one(self, name: str, ids: list[str], vectors: np.ndarray, metric: str,
                    layers: list[int] | None) -> None:
@@ -154,6 +161,11 @@ class CollectionWriter:
         self.vs.seal(name)
 
     def drop_all(self) -> None:
+        """Drop every collection of this build, once the writes still running have ended (a collection
+        created after its drop would outlive it)."""
+        wait(self._running)
+        self._running = {}
+        self._pool.shutdown()
         for name in self.collections.values():
             self.vs.drop(name)
         self.store.forget_collections([self.generation])
