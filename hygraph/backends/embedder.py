@@ -262,8 +262,10 @@ def _runs_in_onnx(cfg: EmbedderConfig, path: Path, questions: bool) -> bool:
 
     # `auto` devices are judged without importing torch (what this runtime saves): an NVIDIA device node means a GPU.
     device = cfg.device if cfg.device != "auto" else ("cuda" if Path("/dev/nvidia0").exists() else "cpu")
+    # `precision: auto` too, even where the processor has native bfloat16: one question at a time, torch's
+    # bfloat16 costs 1.9x ONNX's float32 there (docs/bench/embedder_runtime.md); an explicit bfloat16 is kept.
     return (importlib.util.find_spec("onnxruntime") is not None and exportable(path)
-            and device == "cpu" and resolve_precision(cfg.precision, "cpu") == "float32")
+            and device == "cpu" and cfg.precision in ("auto", "float32"))
 
 
 class Tokenizer:

@@ -71,6 +71,11 @@ def test_the_onnx_runtime_gives_the_torch_vectors_without_torch_arithmetic():
     assert onnx.encode([]).shape == (0, 384)
     # Batches of passages stay in torch under `auto`: faster there.
     assert not isinstance(make_embedder(EmbedderConfig(precision="float32", device="cpu")), OnnxEmbedder)
+    # Questions one by one go to ONNX under `precision: auto` whatever the processor (with native bfloat16,
+    # torch's bfloat16 is 1.9x ONNX's CPU per question); an explicit bfloat16 stays in torch.
+    assert isinstance(make_embedder(EmbedderConfig(device="cpu"), questions=True), OnnxEmbedder)
+    assert not isinstance(make_embedder(EmbedderConfig(precision="bfloat16", device="cpu"), questions=True),
+                          OnnxEmbedder)
 
 
 def test_only_mean_pooled_transformers_run_in_onnx(tmp_path):
