@@ -98,7 +98,7 @@ class QueryEngine:
         # Names the version served, so that garbage collection on any node spares it (store/lease.py).
         self.reader = self.store.reader_lease()
         self.loaded = self._load(self.store.current_version())
-        self.embedder = embedder or make_embedder(cfg.embedder, questions=True)
+        self.embedder = embedder or make_embedder(cfg.embedder, workload="questions")
         self.llm = llm or make_llm(cfg.llm, cache_dir=str(self.store.local_dir / "llm_cache"))
         self._settings = cfg.retrieval.model_dump()  # what the modes read of the config, by name
 

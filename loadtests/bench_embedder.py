@@ -88,7 +88,8 @@ def main() -> int:
         rows.append(row)
     report = {"machine": f"{platform.machine()}, {platform.processor() or 'cpu'}", "threads": args.threads,
               "repeats": args.repeats, "auto_precision": resolve_precision("auto", "cpu"),
-              "auto_runtime": type(make_embedder(EmbedderConfig(device="cpu"), questions=True)).__name__, "rows": rows}
+              "auto_runtime": type(make_embedder(EmbedderConfig(device="cpu"), workload="questions")).__name__,
+              "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     lines = [f"# Embedder runtimes ({report['machine']}, {args.threads:g} thread(s), median of {args.repeats}; "

@@ -22,7 +22,7 @@ import sqlite3
 import struct
 import sys
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Literal, Protocol, Sequence
 
 import numpy as np
 
@@ -230,15 +230,19 @@ class CachedEmbedder:
         return np.vstack([found[k] for k in keys]).astype(np.float32)
 
 
-def make_embedder(cfg: EmbedderConfig, threads: float | None = None, questions: bool = False) -> Embedder:
-    """The configured model. `questions`: it embeds questions one by one (a Retriever, the CLI's query), where
-    `runtime: auto` picks ONNX Runtime (0.45x torch's CPU per question); batches of passages stay in torch,
-    which is faster on them (docs/bench/embedder_runtime.md)."""
+# What a process embeds, which decides the runtime under `runtime: auto` (docs/bench/embedder_runtime.md):
+# "questions" one per call (Retrievers, the CLI's query), "short" batches of question-length texts (the build's
+# knowledge texts and summaries), "passages" batches of passages.
+Workload = Literal["questions", "short", "passages"]
+
+
+def make_embedder(cfg: EmbedderConfig, threads: float | None = None, workload: Workload = "passages") -> Embedder:
+    """The configured model, in the runtime that costs `workload` least under `runtime: auto`."""
     path = model_path(cfg)
     model: Embedder
     if is_static_model(path):
         model = StaticEmbedder(path)
-    elif _runs_in_onnx(cfg, path, questions):
+    elif _runs_in_onnx(cfg, path, workload):
         from hygraph.backends.onnx_embedder import OnnxEmbedder
 
         model = OnnxEmbedder(cfg, path, threads=threads)
@@ -251,9 +255,9 @@ def make_embedder(cfg: EmbedderConfig, threads: float | None = None, questions: 
                           + ("" if model.precision == "float32" else f"|{model.precision}"))
 
 
-def _runs_in_onnx(cfg: EmbedderConfig, path: Path, questions: bool) -> bool:
-    if cfg.runtime == "torch" or (cfg.runtime == "auto" and not questions):
-        return False
+def _runs_in_onnx(cfg: EmbedderConfig, path: Path, workload: Workload) -> bool:
+    if cfg.runtime == "torch" or (cfg.runtime == "auto" and workload == "passages"):
+        return False  # batches of passages: torch is faster (float32 1.09x, bfloat16 0.57x of ONNX's CPU)
     from hygraph.backends.onnx_embedder import exportable
 
     if cfg.runtime == "onnx":
@@ -262,10 +266,16 @@ def _runs_in_onnx(cfg: EmbedderConfig, path: Path, questions: bool) -> bool:
 
     # `auto` devices are judged without importing torch (what this runtime saves): an NVIDIA device node means a GPU.
     device = cfg.device if cfg.device != "auto" else ("cuda" if Path("/dev/nvidia0").exists() else "cpu")
-    # `precision: auto` too, even where the processor has native bfloat16: one question at a time, torch's
-    # bfloat16 costs 1.9x ONNX's float32 there (docs/bench/embedder_runtime.md); an explicit bfloat16 is kept.
+    if workload == "questions":
+        # ONNX under `precision: auto` too, even with native bfloat16: one question per call costs torch's
+        # bfloat16 1.9x ONNX's float32 there; an explicit bfloat16 is kept.
+        arithmetic_ok = cfg.precision in ("auto", "float32")
+    else:
+        # Batches of short texts: ONNX matches torch's float32 (0.86-0.99x) and its actors start without torch,
+        # but torch's native bfloat16 costs 0.67x of ONNX, so bfloat16 keeps torch.
+        arithmetic_ok = resolve_precision(cfg.precision, "cpu") == "float32"
     return (importlib.util.find_spec("onnxruntime") is not None and exportable(path)
-            and device == "cpu" and cfg.precision in ("auto", "float32"))
+            and device == "cpu" and arithmetic_ok)
 
 
 class Tokenizer:

@@ -67,7 +67,7 @@ class QuestionEncoder:
     `serve.embed_max_batch` and `serve.embed_batch_wait_s`; used inside a replica's event loop."""
 
     def __init__(self, cfg: HygraphConfig, threads: float) -> None:
-        self.model = make_embedder(cfg.embedder, threads=max(1.0, threads), questions=True)
+        self.model = make_embedder(cfg.embedder, threads=max(1.0, threads), workload="questions")
         self.metrics = EmbedderMetrics()
         self._batcher: ContinuousBatcher[str, np.ndarray] = ContinuousBatcher(
             self._encode, cfg.serve.embed_max_batch, cfg.serve.embed_batch_wait_s, self.metrics.batch.observe)

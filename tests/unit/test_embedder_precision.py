@@ -63,7 +63,7 @@ def test_the_onnx_runtime_gives_the_torch_vectors_without_torch_arithmetic():
 
     texts = ["x", "Arthur's Magazine (1844-1846) was an American literary periodical. " * 40,
              "Which magazine was started first?", "東京 is the capital of Japan.", "a b"]
-    onnx = make_embedder(EmbedderConfig(precision="float32", device="cpu", batch_size=2), questions=True)
+    onnx = make_embedder(EmbedderConfig(precision="float32", device="cpu", batch_size=2), workload="questions")
     torch_model = make_embedder(EmbedderConfig(precision="float32", device="cpu", runtime="torch"))
     assert isinstance(onnx, OnnxEmbedder) and (onnx.dim, onnx.max_seq_length) == (384, 256)
     a, b = onnx.encode(texts), torch_model.encode(texts)
@@ -73,8 +73,12 @@ def test_the_onnx_runtime_gives_the_torch_vectors_without_torch_arithmetic():
     assert not isinstance(make_embedder(EmbedderConfig(precision="float32", device="cpu")), OnnxEmbedder)
     # Questions one by one go to ONNX under `precision: auto` whatever the processor (with native bfloat16,
     # torch's bfloat16 is 1.9x ONNX's CPU per question); an explicit bfloat16 stays in torch.
-    assert isinstance(make_embedder(EmbedderConfig(device="cpu"), questions=True), OnnxEmbedder)
-    assert not isinstance(make_embedder(EmbedderConfig(precision="bfloat16", device="cpu"), questions=True),
+    assert isinstance(make_embedder(EmbedderConfig(device="cpu"), workload="questions"), OnnxEmbedder)
+    assert not isinstance(make_embedder(EmbedderConfig(precision="bfloat16", device="cpu"), workload="questions"),
+                          OnnxEmbedder)
+    # Batches of short texts (the build's knowledge texts): ONNX in float32, torch where the arithmetic is bfloat16.
+    assert isinstance(make_embedder(EmbedderConfig(precision="float32", device="cpu"), workload="short"), OnnxEmbedder)
+    assert not isinstance(make_embedder(EmbedderConfig(precision="bfloat16", device="cpu"), workload="short"),
                           OnnxEmbedder)
 
 
