@@ -57,8 +57,9 @@ class EmbedderConfig(Section):
     # onnx_dir; same vectors, about half the CPU, no torch in the process), "torch" (sentence-transformers),
     # "auto": onnx where questions are embedded one by one (Retrievers, `hygraph query`) on a CPU device, for
     # a model that qualifies (Transformer -> mean Pooling), unless `precision` is bfloat16 (`auto` precision
-    # included: even on processors with native bfloat16 ONNX's float32 costs half the CPU per question); torch
-    # for batches of passages (it is faster on them: docs/bench/embedder_runtime.md) and GPUs.
+    # included: even on processors with native bfloat16 ONNX's float32 costs half the CPU per question); the
+    # build's batches of knowledge texts in onnx only where the arithmetic is float32; torch for batches of
+    # passages (it is faster on them: docs/bench/embedder_runtime.md) and GPUs.
     runtime: Literal["auto", "torch", "onnx"] = "auto"
     onnx_dir: str = ""  # "": ~/.cache/hygraph/onnx
 

@@ -9,7 +9,7 @@ upserts, and the ids the new version no longer has are retired after it is publi
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -149,7 +149,7 @@ class CollectionWriter:
                 self._on_written(kind, self.collections[kind])
         finally:
             self._running = {}
-            self._pool.shutdown()
+            self._pool.shutdown()  # after a failure: waits for the other writes, so drop_all finds them done
             if self._started is not None:
                 self.seconds = time.perf_counter() - self._started
 
@@ -162,9 +162,7 @@ class CollectionWriter:
 
     def drop_all(self) -> None:
         """Drop every collection of this build, once the writes still running have ended (a collection
-        created after its drop would outlive it)."""
-        wait(self._running)
-        self._running = {}
+        created after its drop would outlive it): the pool's shutdown waits for them."""
         self._pool.shutdown()
         for name in self.collections.values():
             self.vs.drop(name)
