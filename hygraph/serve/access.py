@@ -3,7 +3,8 @@
 - admin keys (`serve.admin_keys`, `HYGRAPH_ADMIN_KEYS`): every right on every index, and the admin
   routes (create and delete indexes, make and revoke keys);
 - service keys (`serve.api_keys`, `HYGRAPH_API_KEYS`): read and write on every index;
-- scoped keys (`POST /v1/keys`, stored hashed in `keys.json`): the rights they list, per index;
+- scoped keys (`POST /v1/keys`, stored hashed beside the service's index, `store/keys.py`): the rights they
+  list, per index;
 - no key: everything while no key of any kind exists (a local service nobody configured), else only
   reads of the default index, unless `serve.require_key_for_reads`.
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import hmac
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal, Mapping
 
 from hygraph.config import ServeConfig
@@ -62,10 +62,10 @@ def _admin_keys(cfg: ServeConfig) -> frozenset[str]:
 
 
 class Access:
-    def __init__(self, cfg: ServeConfig, profile: str, keys_file: Path) -> None:
+    def __init__(self, cfg: ServeConfig, profile: str, keys: KeyStore) -> None:
         self.service_keys = api_keys(cfg, profile)
         self.admin_keys = _admin_keys(cfg)
-        self.store = KeyStore(keys_file)
+        self.store = keys
         self.require_key_for_reads = cfg.require_key_for_reads
 
     def configured(self) -> bool:

@@ -29,6 +29,7 @@ from hygraph.serve.http import ApiError
 from hygraph.serve.metrics import IngressMetrics
 from hygraph.serve.quotas import Quotas
 from hygraph.serve.tenants import Tenant
+from hygraph.store.keys import REMOTE_CACHE_S, KeyStore
 from hygraph.store.objects import index_uri
 from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
 
@@ -48,10 +49,14 @@ class Gateway:
         uri = index_uri(index_dir)
         self.registry = IndexRegistry(uri, cfg.store.cache_dir)
         root = self.registry.root  # this node's directory for the default index (the index itself when local)
-        self.access = Access(cfg.serve, cfg.profile, root / "keys.json")
         self.metrics = IngressMetrics()
         self.index_name = uri.rstrip("/").rsplit("/", 1)[-1]  # the default index's other name in chat's `model`
         self.default = Tenant.open(DEFAULT_INDEX, uri, cfg)
+        # Keys live beside the service's own index (in its bucket when it is on object storage), so every
+        # replica on every node knows the same keys.
+        self.access = Access(cfg.serve, cfg.profile, KeyStore(
+            self.default.store.objects, cache_s=REMOTE_CACHE_S if self.registry.remote else 0.0,
+            legacy_file=root / "keys.json"))
         self._named_cfg = cfg.for_named_index(root)
         self._tenants: dict[str, Tenant] = {}
         self._tenants_lock = threading.Lock()

@@ -1,29 +1,47 @@
 """API keys scoped to indexes: `POST /v1/keys` makes one, `DELETE /v1/keys/{key_id}` revokes it.
 
-A key is shown once, when it is made; the file (`keys.json` in the service's root) holds only its
-SHA-256, its rights per index and a name, so a copy of the file grants nothing. Every ingress
-replica reads the same file and reloads it when it changes, so a key made or revoked through one
-replica holds on all of them at their next request.
+A key is shown once, when it is made; the service keeps only its SHA-256, its rights per index and a
+name, so a copy of the records grants nothing. The records live next to the service's own index, one
+object per key (`keys/<sha256>.json`) in the same store as its versions: the index directory, or the
+bucket of an `s3://` index. Every ingress replica on every node therefore reads the same keys: a key
+made or revoked through one of them holds on a local index at the next request, and on object storage
+within `cache_s` (the time a replica trusts what it read, so that a request costs no GET; unknown keys
+are remembered as long, so a stream of made-up keys costs one GET each per term, not one per request).
+
+Changes (make, revoke, drop an index's rights) take a short lease of their own (`leases/keys/`) so that
+two replicas never rewrite the same record at once, e.g. an index's deletion putting back a key that was
+revoked meanwhile. A service that kept its keys in the older `keys.json` file has them moved into
+records the first time it starts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
+import re
 import secrets
+import threading
 import time
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, TypeVar
 
-from hygraph.errors import InputError
-from hygraph.processes import locked
-from hygraph.store.files import write_atomic
+from hygraph.errors import InputError, StoreError
+from hygraph.store import lease
+from hygraph.store.lease import WriterLease
+from hygraph.store.objects import Objects
 
 Right = Literal["read", "write", "admin"]
 RIGHTS: tuple[Right, ...] = ("read", "write", "admin")
 KEY_PREFIX = "hgk_"
+RECORDS = "keys/"
+LEASE = "leases/keys/"
+LEASE_TERM_S = 15.0  # a change is a few small writes; a holder that died frees the lease after this
+REMOTE_CACHE_S = 5.0  # how long a replica of an s3 service trusts a key record (or its absence) it read
+_REMEMBERED = 10_000  # key records (and absences) a replica keeps between reads
+T = TypeVar("T")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def digest(key: str) -> str:
@@ -38,78 +56,141 @@ class StoredKey:
     created: float
 
 
-@dataclass
 class KeyStore:
-    path: Path
-    _stamp: tuple[int, int] = (-1, -1)
-    _by_digest: dict[str, StoredKey] = field(default_factory=dict)
+    def __init__(self, objects: Objects, cache_s: float = 0.0, legacy_file: Path | None = None) -> None:
+        """`objects`: the store of the service's own index; `cache_s`: how long a read record is trusted (0:
+        read at every lookup); `legacy_file`: a `keys.json` of an earlier release, moved into records."""
+        self.objects, self.cache_s = objects, cache_s
+        self._known: OrderedDict[str, tuple[float, StoredKey | None]] = OrderedDict()
+        self._any: tuple[float, bool] = (-1e18, False)
+        self._lock = threading.Lock()
+        if legacy_file is not None and legacy_file.is_file():
+            self._migrate(legacy_file)
 
     def lookup(self, key: str) -> StoredKey | None:
-        """The stored key `key` is, if any (the file is read again when it changed)."""
-        self._refresh()
-        return self._by_digest.get(digest(key))
+        """The stored key `key` is, if any."""
+        d = digest(key)
+        now = time.monotonic()
+        with self._lock:
+            seen = self._known.get(d)
+        if seen is not None and now - seen[0] < self.cache_s:
+            return seen[1]
+        found = self._read(d)
+        with self._lock:
+            self._known[d] = (now, found)
+            self._known.move_to_end(d)
+            while len(self._known) > _REMEMBERED:
+                self._known.popitem(last=False)
+        return found
 
     def empty(self) -> bool:
-        self._refresh()
-        return not self._by_digest
+        now = time.monotonic()
+        if now - self._any[0] >= self.cache_s:
+            self._any = (now, bool(self._digests()))
+        return not self._any[1]
 
     def create(self, rights: Mapping[str, tuple[Right, ...]], name: str = "") -> tuple[str, StoredKey]:
         """A new key with these rights: (the key, shown once; its record)."""
         key = KEY_PREFIX + secrets.token_urlsafe(32)
-        stored = StoredKey("key_" + secrets.token_hex(8), name, dict(rights), time.time())
-        with locked(self.path.with_name(".keys.lock")):
-            data = self._read()
-            data[digest(key)] = {"key_id": stored.key_id, "name": name, "created": stored.created,
-                                 "rights": {k: list(v) for k, v in rights.items()}}
-            self._write(data)
+        stored = StoredKey("key_" + secrets.token_hex(8), name, {i: tuple(r) for i, r in rights.items()},
+                           time.time())
+        self._changing(lambda: self._write(digest(key), stored))
         return key, stored
 
     def delete(self, key_id: str) -> bool:
-        with locked(self.path.with_name(".keys.lock")):
-            data = self._read()
-            kept = {d: rec for d, rec in data.items() if rec.get("key_id") != key_id}
-            if len(kept) == len(data):
-                return False
-            self._write(kept)
-        return True
+        def revoke() -> bool:
+            for d, stored in self._records():
+                if stored.key_id == key_id:
+                    self.objects.delete(_record_key(d))
+                    self._forget(d)
+                    return True
+            return False
+        return self._changing(revoke)
 
     def drop_index(self, index: str) -> None:
         """An index is deleted: no key keeps rights on its name (an index made later under it starts with none)."""
-        with locked(self.path.with_name(".keys.lock")):
-            data = self._read()
-            changed = False
-            for rec in data.values():
-                if index in rec.get("rights", {}):
-                    del rec["rights"][index]
-                    changed = True
-            if changed:
-                self._write(data)
+        def drop() -> None:
+            for d, stored in self._records():
+                if index in stored.rights:
+                    kept = {i: r for i, r in stored.rights.items() if i != index}
+                    self._write(d, StoredKey(stored.key_id, stored.name, kept, stored.created))
+        self._changing(drop)
 
-    def _refresh(self) -> None:
-        try:
-            st = self.path.stat()
-            stamp = (st.st_ino, st.st_mtime_ns)
-        except FileNotFoundError:
-            stamp = (0, 0)
-        if stamp == self._stamp:
-            return
-        self._by_digest = {d: StoredKey(rec["key_id"], rec.get("name", ""),
-                                        {i: tuple(r) for i, r in rec.get("rights", {}).items()},
-                                        rec.get("created", 0.0))
-                           for d, rec in self._read().items()}
-        self._stamp = stamp
+    # -- records --------------------------------------------------------------------------------
 
-    def _read(self) -> dict[str, dict]:
+    def _changing(self, change: Callable[[], T]) -> T:
+        held = WriterLease(self.objects, LEASE_TERM_S, LEASE)
+        held.acquire(lambda previous: 0, wait_s=2 * LEASE_TERM_S)
+        epoch = held.epoch or 0
         try:
-            data = json.loads(self.path.read_bytes())
-        except FileNotFoundError:
-            return {}
+            return change()
+        finally:
+            held.release()
+            for past in lease.epochs(self.objects, LEASE):  # earlier holders' records: only the newest counts
+                if past < epoch:
+                    self.objects.delete(lease.key(past, LEASE))
+
+    def _digests(self) -> list[str]:
+        names = (k[len(RECORDS):].removesuffix(".json") for k in self.objects.list(RECORDS))
+        return [d for d in names if _DIGEST.fullmatch(d)]  # anything else under keys/ is not a record
+
+    def _records(self) -> list[tuple[str, StoredKey]]:
+        out = []
+        for d in self._digests():
+            stored = self._read(d)
+            if stored is not None:
+                out.append((d, stored))
+        return out
+
+    def _read(self, d: str) -> StoredKey | None:
+        data = self.objects.get(_record_key(d))
+        if data is None:
+            return None
+        try:
+            return _parse(json.loads(data))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise StoreError(f"{self.objects.uri}/{_record_key(d)}: not a key record ({type(exc).__name__})") \
+                from None
+
+    def _write(self, d: str, stored: StoredKey) -> None:
+        record = {"key_id": stored.key_id, "name": stored.name, "created": stored.created,
+                  "rights": {i: list(r) for i, r in stored.rights.items()}}
+        self.objects.put(_record_key(d), json.dumps(record, sort_keys=True).encode())
+        self._forget(d)
+
+    def _forget(self, d: str) -> None:
+        with self._lock:
+            self._known.pop(d, None)
+        self._any = (-1e18, False)
+
+    def _migrate(self, path: Path) -> None:
+        try:
+            data = json.loads(path.read_bytes())
         except (OSError, ValueError) as exc:
-            raise InputError(f"{self.path}: not a key file ({type(exc).__name__})") from None
+            raise InputError(f"{path}: not a key file ({type(exc).__name__})") from None
         if not isinstance(data, dict):
-            raise InputError(f"{self.path}: not a key file (a JSON object of key hashes)")
-        return data
+            raise InputError(f"{path}: not a key file (a JSON object of key hashes)")
 
-    def _write(self, data: dict[str, dict]) -> None:
-        write_atomic(self.path, json.dumps(data, sort_keys=True).encode())
-        os.chmod(self.path, 0o600)
+        def move() -> None:
+            if not path.is_file():  # another replica moved them first
+                return
+            try:
+                records = {d: _parse(record) for d, record in data.items()}
+            except (TypeError, KeyError, AttributeError) as exc:
+                raise InputError(f"{path}: not a key file ({type(exc).__name__})") from None
+            for d, stored in records.items():
+                if self.objects.get(_record_key(d)) is None:
+                    self._write(d, stored)
+            path.rename(path.with_name(path.name + ".moved"))
+        self._changing(move)
+
+
+def _record_key(d: str) -> str:
+    if not _DIGEST.fullmatch(d):
+        raise StoreError(f"key record {d!r}: not a SHA-256 digest")
+    return f"{RECORDS}{d}.json"
+
+
+def _parse(record: Any) -> StoredKey:
+    return StoredKey(record["key_id"], record.get("name", ""),
+                     {i: tuple(r) for i, r in record.get("rights", {}).items()}, record.get("created", 0.0))

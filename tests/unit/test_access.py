@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from hygraph.config import ServeConfig
 from hygraph.errors import InputError, StoreError
 from hygraph.serve.access import Access
 from hygraph.serve.http import ApiError
-from hygraph.store.keys import KeyStore, digest
+from hygraph.store.keys import KeyStore, StoredKey, digest
+from hygraph.store.objects import LocalObjects, open_objects
 from hygraph.store.registry import DEFAULT_INDEX, IndexExists, IndexRegistry, check_name
 
 
@@ -64,21 +66,71 @@ def test_the_registry_makes_lists_and_detaches_indexes(tmp_path):
     assert not reg.exists("../indexes/b") and not reg.exists("B")
 
 
-def test_the_key_file_holds_hashes_only_and_revocation_is_seen_by_another_reader(tmp_path):
-    path = tmp_path / "keys.json"
-    writer, reader = KeyStore(path), KeyStore(path)
+def test_keys_are_stored_as_hashes_one_record_each_and_revocation_is_seen_by_another_replica(tmp_path):
+    writer, reader = KeyStore(LocalObjects(tmp_path)), KeyStore(LocalObjects(tmp_path))
     key, stored = writer.create({"a": ("read",)}, "ci")
-    assert key not in path.read_text() and digest(key) in json.loads(path.read_text())
-    assert reader.lookup(key).rights == {"a": ("read",)}
+    records = list((tmp_path / "keys").iterdir())
+    assert [p.name for p in records] == [f"{digest(key)}.json"] and key not in records[0].read_text()
+    assert reader.lookup(key).rights == {"a": ("read",)} and not reader.empty()
     assert reader.lookup(key + "x") is None
     writer.drop_index("a")
     assert reader.lookup(key).rights == {}
     assert writer.delete(stored.key_id) and not writer.delete(stored.key_id)
     assert reader.lookup(key) is None and reader.empty()
+    # Each change took the keys' own lease and left only the newest epoch's record behind.
+    assert len(list((tmp_path / "leases" / "keys").iterdir())) == 1
+
+
+def test_keys_made_on_one_node_are_known_on_another_and_concurrent_changes_keep_every_key(uri, tmp_path):
+    """Two nodes (two cache directories) of one service on the same index root: a local one, or a bucket."""
+    node_a = KeyStore(open_objects(uri, str(tmp_path / "a")))
+    node_b = KeyStore(open_objects(uri, str(tmp_path / "b")))
+    made: list[tuple[str, StoredKey]] = []
+    threads = [threading.Thread(target=lambda i=i: made.append((node_a if i % 2 else node_b).create(
+        {"a": ("read",), f"i{i}": ("write",)}))) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    node_b.drop_index("a")  # rewrites every record while the other node revokes one
+    assert node_a.delete(made[0][1].key_id)
+    assert node_b.lookup(made[0][0]) is None
+    for key, stored in made[1:]:
+        assert node_b.lookup(key).rights == {k: v for k, v in stored.rights.items() if k != "a"}
+        assert node_a.lookup(key).key_id == stored.key_id
+
+
+def test_a_replica_trusts_what_it_read_for_its_cache_term_and_then_reads_again(tmp_path, monkeypatch):
+    writer, reader = KeyStore(LocalObjects(tmp_path)), KeyStore(LocalObjects(tmp_path), cache_s=5.0)
+    key, stored = writer.create({"a": ("write",)})
+    clock = [100.0]
+    monkeypatch.setattr("hygraph.store.keys.time.monotonic", lambda: clock[0])
+    assert reader.lookup(key).rights == {"a": ("write",)}
+    assert reader.lookup("hgk_unknown") is None
+    writer.delete(stored.key_id)
+    writer.create({"b": ("read",)})
+    assert reader.lookup(key) is not None  # within the term: what it read
+    clock[0] += 5.0
+    assert reader.lookup(key) is None and reader.lookup("hgk_unknown") is None
+
+
+def test_keys_of_an_earlier_release_move_from_keys_json_into_records(tmp_path):
+    key = "hgk_" + "k" * 43
+    legacy = tmp_path / "keys.json"
+    legacy.write_text(json.dumps({digest(key): {"key_id": "key_1", "name": "old", "created": 1.0,
+                                               "rights": {"a": ["read", "write"]}}}))
+    store = KeyStore(LocalObjects(tmp_path), legacy_file=legacy)
+    assert store.lookup(key) == StoredKey("key_1", "old", {"a": ("read", "write")}, 1.0)
+    assert not legacy.exists() and (tmp_path / "keys.json.moved").is_file()
+    assert KeyStore(LocalObjects(tmp_path), legacy_file=legacy).lookup(key).key_id == "key_1"  # once only
+    bad = tmp_path / "other.json"
+    bad.write_text("[1]")
+    with pytest.raises(InputError, match="not a key file"):
+        KeyStore(LocalObjects(tmp_path), legacy_file=bad)
 
 
 def _access(tmp_path, **serve) -> Access:
-    return Access(ServeConfig(**serve), "local", tmp_path / "keys.json")
+    return Access(ServeConfig(**serve), "local", KeyStore(LocalObjects(tmp_path)))
 
 
 def test_with_no_key_anywhere_everything_but_admin_is_open(tmp_path):

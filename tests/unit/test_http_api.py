@@ -5,6 +5,7 @@ stack is exercised in tests/integration/test_serve_http.py and test_hostile_http
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote
@@ -17,6 +18,8 @@ from hygraph.pipeline import QueryRequest
 from hygraph.serve.access import Access, denied, not_found
 from hygraph.serve.http import HttpLimits
 from hygraph.serve.ingress import build_api
+from hygraph.store.keys import KeyStore
+from hygraph.store.objects import LocalObjects
 
 KEY = "k-123"
 
@@ -32,9 +35,9 @@ class _Count:
 class StubGateway:
     """The default index only (named indexes are exercised against the real stack)."""
 
-    def __init__(self, keys_file: Any) -> None:
+    def __init__(self, root: Path) -> None:
         self.cfg = HygraphConfig.model_validate({"serve": {"api_keys": [KEY]}})
-        self.access = Access(self.cfg.serve, "local", keys_file)
+        self.access = Access(self.cfg.serve, "local", KeyStore(LocalObjects(root)))
         self.index_name = "demo"
         self.registry = SimpleNamespace(names=lambda: ["default"], exists=lambda name: name == "default",
                                         path=lambda name: SimpleNamespace(stat=lambda: SimpleNamespace(st_mtime=0)))
@@ -106,7 +109,7 @@ class StubGateway:
 
 @pytest.fixture()
 def client(tmp_path):
-    gw = StubGateway(tmp_path / "keys.json")
+    gw = StubGateway(tmp_path)
     api = build_api(gw, HttpLimits(max_body_bytes=8192, body_timeout_s=1.0, max_header_bytes=8192,
                                    on_request=lambda e: None,
                                    on_error=lambda e, err: gw.metrics.errors.inc(tags={"status": err.status})))
@@ -229,7 +232,7 @@ def test_documents_are_listed_by_cursor_or_offset_and_read_one_by_one(client):
 
 def test_reads_of_documents_and_stats_need_the_key_when_reads_do(client):
     client.gw.cfg = HygraphConfig.model_validate({"serve": {"require_key_for_reads": True, "api_keys": [KEY]}})
-    client.gw.access = Access(client.gw.cfg.serve, "local", client.gw.access.store.path)
+    client.gw.access = Access(client.gw.cfg.serve, "local", client.gw.access.store)
     for path in ("/v1/documents", "/v1/documents/a", "/v1/stats", "/v1/query"):
         resp = client.get(path) if path != "/v1/query" else _post(client, path, {"question": "q"})
         assert resp.status_code == 401, path

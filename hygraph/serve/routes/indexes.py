@@ -44,7 +44,7 @@ class CreateKey(BaseModel):
     rights: dict[Annotated[str, Field(min_length=1, max_length=64, pattern=NAME_PATTERN)],
                  Annotated[list[Literal["read", "write", "admin"]], Field(min_length=1, max_length=3)]] = Field(
         max_length=MAX_KEY_INDEXES, description="index name -> its rights (read, write, admin)")
-    name: str = Field("", max_length=200, description="what the key is for (shown in nothing but the key file)")
+    name: str = Field("", max_length=200, description="what the key is for (kept in nothing but its stored record)")
 
 
 @router.post("/v1/indexes", status_code=201)
