@@ -26,7 +26,7 @@ from hygraph.runtime.watch import CHILD_ENV, is_child, run_watched
 from hygraph.config import HygraphConfig, load_config
 from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.errors import HygraphError, InputError, StoreError
-from hygraph.store.objects import is_remote
+from hygraph.store.objects import index_uri, is_remote
 
 
 # Commands that start Ray in their process: run as a program, they run in a watched child (runtime/watch.py),
@@ -332,30 +332,30 @@ def _named_index(cfg: HygraphConfig, args: argparse.Namespace) -> HygraphConfig:
     config it is served with (the service's vector store server); `hygraph index` makes it when it is new."""
     from hygraph.store.registry import IndexExists, IndexRegistry, check_name
 
-    registry = IndexRegistry(args.index_dir)
+    registry = IndexRegistry(index_uri(args.index_dir), cfg.store.cache_dir)
     name = check_name(args.index, "--index")
     if args.command == "index" and not registry.exists(name):
         try:
             registry.reserve(name)
         except IndexExists:
             pass  # made meanwhile by the service: built into all the same
-    named = cfg.for_named_index(args.index_dir)
-    args.index_dir = str(registry.path(name))
+    named = cfg.for_named_index(registry.root)
+    try:
+        args.index_dir = registry.location(name)
+    except StoreError:
+        raise InputError(f"--index: no index named '{name}' under {args.index_dir}") from None
     return named
 
 
 # What an index on object storage (s3://) takes in this release: building, reading, collecting it, writes
-# applied in process (its journal is objects too) and serving it. Named indexes (the service's registry)
-# still need a local directory.
+# applied in process (its journal is objects too) and serving it, for the default index and named ones.
 REMOTE_COMMANDS = ("index", "query", "eval", "gc", "insert", "delete", "serve")
 
 
-def _check_remote(command: str, index_dir: str, named: bool = False) -> None:
-    if command not in REMOTE_COMMANDS or named:
-        what = "--index" if named else f"`hygraph {command}`"
-        raise InputError(f"--index-dir {index_dir}: {what} does not take an index on object storage yet (the "
-                         f"registry of named indexes needs a local directory); "
-                         f"`hygraph {'/'.join(REMOTE_COMMANDS)}` do")
+def _check_remote(command: str, index_dir: str) -> None:
+    if command not in REMOTE_COMMANDS:
+        raise InputError(f"--index-dir {index_dir}: `hygraph {command}` does not take an index on object storage "
+                         f"yet; `hygraph {'/'.join(REMOTE_COMMANDS)}` do")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             request_loopback()  # before anything imports ray: a local Ray then listens on 127.0.0.1 only
         index_dir = getattr(args, "index_dir", None)
         if index_dir is not None and is_remote(index_dir):
-            _check_remote(args.command, index_dir, named=getattr(args, "index", None) is not None)
+            _check_remote(args.command, index_dir)
         elif index_dir is not None and args.command not in ("index", "demo", "serve", "serve-config"):
             if not Path(index_dir).is_dir():
                 raise InputError(f"--index-dir {index_dir}: no such directory")

@@ -154,13 +154,17 @@ def remove_index(cfg: HygraphConfig, path: str | Path) -> dict[str, Any]:
     """Drop every vector collection of the index at `path`, then its files (`DELETE /v1/indexes/{name}`, after
     the registry took it out of sight). The store is connected first: files go only once nothing of the
     index is left in it."""
-    store = IndexStore(path)
+    store = IndexStore(path, cache_dir=cfg.store.cache_dir)
     names = store.every_collection()
-    vs = vectorstore.connect(cfg.vector_store, path)
+    vs = vectorstore.connect(cfg.vector_store, store.local_dir)
     try:
         for name in sorted(names):
             vs.drop(name)
     finally:
         vs.close()
-    shutil.rmtree(path)
+    if is_remote(str(path)):
+        store.purge()
+        shutil.rmtree(store.local_dir, ignore_errors=True)  # this node's caches of it (other nodes: their LRU)
+    else:
+        shutil.rmtree(path)
     return {"collections_dropped": len(names)}

@@ -21,7 +21,6 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -32,13 +31,13 @@ from hygraph.backends.llm import make_llm
 from hygraph.updater.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
-from hygraph.errors import IndexNotReady, InputError
+from hygraph.errors import IndexNotReady, InputError, StoreError
 from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieval, answer, answer_stream,
                               needs_question_vector)
 from hygraph.serve.answer_cache import AnswerCache, CacheKey
 from hygraph.serve.batching import ContinuousBatcher
 from hygraph.serve.metrics import AnswerCacheMetrics, EmbedderMetrics, IndexMetrics, LLMMetrics
-from hygraph.store.objects import local_dir_of
+from hygraph.store.objects import is_remote, local_dir_of
 from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
 from hygraph.store.versions import IndexStore
 
@@ -156,8 +155,8 @@ class Retriever:
             if found is not None:
                 self._named.move_to_end(index)
                 return found
-        path = self.registry.path(index)
-        if IndexStore(path).current_version() is None:
+        path = self.registry.location(index)
+        if IndexStore(path, cache_dir=self.cfg.store.cache_dir).current_version() is None:
             raise IndexNotReady(f"index '{index}' is being created; retry shortly")
         # Loaded outside the lock: a cold index does not hold up queries to the others.
         engine = QueryEngine(self._named_cfg, path, embedder=self.encoder.model if self.encoder else None)
@@ -195,13 +194,23 @@ class Retriever:
                             self._pipeline.engine.version if self._pipeline else "none", exc_info=True)
             self._follow_named()
 
+    def _still(self, name: str, loaded: IndexStore) -> bool:
+        """Whether `loaded` is still index `name` (not deleted, nor deleted and made again)."""
+        try:
+            location = self.registry.location(name)
+        except StoreError:
+            return False
+        if is_remote(location):  # a new index on object storage has a prefix of its own
+            return local_dir_of(location, self.cfg.store.cache_dir) == loaded.local_dir
+        return _uid(location) == loaded.uid
+
     def _follow_named(self) -> None:
         with self._named_lock:
             loaded = list(self._named.items())
         for name, pipeline in loaded:
             try:
                 # Deleted, or deleted and made again under its name (a new uid): this one is gone.
-                if not self.registry.exists(name) or _uid(self.registry.path(name)) != pipeline.engine.store.uid:
+                if not self._still(name, pipeline.engine.store):
                     with self._named_lock:
                         if self._named.get(name) is pipeline:
                             del self._named[name]
@@ -312,7 +321,7 @@ class Retriever:
             self._pipeline.engine.vectors.ping()
 
 
-def _uid(path: Path) -> str | None:
+def _uid(path: str) -> str | None:
     try:
         return IndexStore(path).uid
     except InputError:

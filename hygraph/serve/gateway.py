@@ -16,7 +16,6 @@ import logging
 import re
 import threading
 import time
-from pathlib import Path
 from typing import Any, AsyncIterator
 
 from ray.serve.handle import DeploymentHandle
@@ -27,6 +26,7 @@ from hygraph.pipeline import QueryRequest, QueryResult, Retrieval, needs_questio
 from hygraph.serve.access import Access, Need, Principal, denied, not_found
 from hygraph.serve.http import ApiError
 from hygraph.serve.metrics import IngressMetrics
+from hygraph.errors import StoreError
 from hygraph.serve.quotas import Quotas
 from hygraph.serve.tenants import Tenant
 from hygraph.store.keys import REMOTE_CACHE_S, KeyStore
@@ -72,14 +72,16 @@ class Gateway:
             raise denied(who, name, need)
         if name == DEFAULT_INDEX:
             return self.default
-        if not self.registry.exists(name):
+        try:
+            location = self.registry.location(name)
+        except StoreError:
             with self._tenants_lock:
                 self._tenants.pop(name, None)  # deleted: a later index of that name is a new one
-            raise not_found(name)
+            raise not_found(name) from None
         with self._tenants_lock:
             tenant = self._tenants.get(name)
-            if tenant is None or not (Path(tenant.path) / "index.json").is_file():
-                tenant = self._tenants[name] = Tenant.open(name, self.registry.path(name), self._named_cfg)
+            if tenant is None or str(tenant.path) != location:  # on object storage a new index has a new prefix
+                tenant = self._tenants[name] = Tenant.open(name, location, self._named_cfg)
             return tenant
 
     def forget(self, name: str) -> None:

@@ -99,7 +99,7 @@ def run_server(cfg: HygraphConfig, index_dir: str, host: str, port: int, address
             _kill_ray_orphans()
         elif ray.is_initialized():
             try:
-                for path in [index_dir, *(registry.path(name) for name in registry.names()[1:])]:
+                for path in [index_dir, *(registry.location(name) for name in registry.names()[1:])]:
                     stop_updater(path)
                 serve.shutdown()
             finally:

@@ -1,14 +1,23 @@
 """The named indexes one service hosts, beside its default index.
 
-Layout, under the service's root (the default index's directory, `--index-dir`):
-- `indexes/<name>/`: one index directory each (`store/versions.py`), its own journal, versions and
-  vector collections (named after its uid, so two indexes never share a collection), and its quota
-  (`quota.json`, when an admin set one: the limits that replace the service's default for it);
-- `indexes/.deleting-<uuid>/`: an index being removed. Deleting renames the directory first, so the
-  name is gone (404, and free to create again) at once, and the slow part (dropping collections,
-  removing files) cannot leave a half-deleted index under the name.
+Where they live depends on where the service's own index (`--index-dir`, the default index) is:
 
-Names are checked (`check_name`) before they touch a path: 1-64 of `[a-z0-9-]`, starting with a
+- a local directory: `indexes/<name>/` under it, one index directory each (`store/versions.py`: its own
+  journal, versions and vector collections, named after its uid, so two indexes never share a collection).
+  Deleting renames the directory to `indexes/.deleting-<uuid>/` first, so the name is gone (404, and free
+  to create again) at once, and the slow part (dropping collections, removing files) cannot leave a
+  half-deleted index under the name.
+- object storage (`s3://bucket/prefix`): a catalog record `catalog/<name>.json` under the prefix names the
+  index's own prefix, `indexes/<uuid>/`, made fresh for each index. There is no rename on object storage,
+  so the record is the name: creating writes it with `put_if_absent` (of two concurrent creates one gets
+  the 409), deleting first records the removal (`catalog-deleting/<uuid>.json`) and then deletes the
+  record, so the name is free at once while the old index's objects are removed under a prefix no new
+  index will ever use.
+
+Either way an index's quota (`quota.json`, when an admin set one: the limits that replace the service's
+default for it) is an object of the index itself.
+
+Names are checked (`check_name`) before they touch a path or key: 1-64 of `[a-z0-9-]`, starting with a
 letter, so a name is never a path, a key prefix or a glob.
 """
 
@@ -18,14 +27,15 @@ import json
 import os
 import re
 import threading
+import time
 import uuid
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
 from hygraph.errors import InputError, StoreError
-from hygraph.store.files import write_atomic
-from hygraph.store.objects import is_remote, local_dir_of
+from hygraph.store.objects import Objects, is_remote, local_dir_of, open_objects
 from hygraph.store.versions import IndexStore
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,63}$"
@@ -34,6 +44,10 @@ _NAME = re.compile(NAME_PATTERN)
 DEFAULT_INDEX = "default"
 _DELETING = ".deleting-"
 QUOTA_FILE = "quota.json"
+CATALOG = "catalog/"
+REMOVING = "catalog-deleting/"
+DATA = "indexes/"
+_UUID = re.compile(r"^[0-9a-f]{32}$")
 
 
 class IndexExists(InputError):
@@ -54,48 +68,21 @@ class IndexInfo:
     bytes: int | None  # the index's files (versions, segments, journal), not its vectors; None: not measured
 
 
-class IndexRegistry:
-    def __init__(self, root: str | os.PathLike[str], cache_dir: str = "") -> None:
-        """`cache_dir`: `store.cache_dir`, where this node's directory for an index on object storage is."""
-        self.uri = str(root)
-        # Named indexes live in the service's own directory; a default index on object storage has none
-        # yet (reserve refuses), so its root is only this node's directory for it, which holds no `indexes/`.
-        self.remote = is_remote(self.uri)
-        self.root = local_dir_of(self.uri, cache_dir) if self.remote else Path(root)
-        self.dir = self.root / "indexes"
-        self._quota_lock = threading.Lock()  # two writes of one quota file from this process: one at a time
+class DirectoryCatalog:
+    """Named indexes as directories under a local service root."""
 
-    def path(self, name: str) -> Path:
-        """The directory of index `name` (the default index: the root itself); the name is checked first."""
-        if name == DEFAULT_INDEX:
-            return self.root
-        return self.dir / check_name(name)
+    def __init__(self, root: Path) -> None:
+        self.dir = root / "indexes"
 
-    def location(self, name: str) -> str:
-        """Index `name` as `IndexStore` and the updater's name take it: the service's own URI for the default
-        index (an s3:// one stays one, not this node's directory for it), the directory of a named one."""
-        return self.uri if name == DEFAULT_INDEX else str(self.path(name))
-
-    def exists(self, name: str) -> bool:
-        if name == DEFAULT_INDEX:
-            return True
-        return _NAME.fullmatch(name) is not None and (self.dir / name / "index.json").is_file()
+    def location(self, name: str) -> str | None:
+        path = self.dir / name
+        return str(path) if (path / "index.json").is_file() else None
 
     def names(self) -> list[str]:
-        """Every index, the default first, then the named ones in name order."""
-        named = sorted(p.name for p in self.dir.iterdir() if _NAME.fullmatch(p.name)
-                       and (p / "index.json").is_file()) if self.dir.is_dir() else []
-        return [DEFAULT_INDEX, *named]
+        return sorted(p.name for p in self.dir.iterdir() if _NAME.fullmatch(p.name)
+                      and (p / "index.json").is_file()) if self.dir.is_dir() else []
 
-    def reserve(self, name: str) -> Path:
-        """Create index `name`'s directory and identity; IndexExists when the name is taken. The caller
-        then writes its first (empty) version."""
-        check_name(name)
-        if name == DEFAULT_INDEX:
-            raise IndexExists(f"name: an index named '{name}' exists")
-        if self.remote:
-            raise InputError(f"name: named indexes are not on object storage yet (this service's index is "
-                             f"{self.uri}); serve a local --index-dir to host them")
+    def reserve(self, name: str) -> str:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / name
         try:
@@ -103,61 +90,218 @@ class IndexRegistry:
         except FileExistsError:
             raise IndexExists(f"name: an index named '{name}' exists") from None
         IndexStore(path, create=True)
-        return path
+        return str(path)
+
+    def created(self, name: str) -> float:
+        return (self.dir / name).stat().st_mtime
+
+    def detach(self, name: str) -> str:
+        hidden = self.dir / f"{_DELETING}{uuid.uuid4().hex}"
+        try:
+            os.rename(self.dir / name, hidden)
+        except FileNotFoundError:
+            raise StoreError(f"name: no index named '{name}'") from None
+        return str(hidden)
+
+    def detached(self) -> list[str]:
+        return sorted(str(p) for p in self.dir.iterdir() if p.name.startswith(_DELETING)) \
+            if self.dir.is_dir() else []
+
+
+class ObjectCatalog:
+    """Named indexes as catalog records under a service root on object storage, each naming its own prefix."""
+
+    def __init__(self, uri: str, objects: Objects, cache_dir: str) -> None:
+        self.uri, self.objects, self.cache_dir = uri, objects, cache_dir
+
+    def _entry(self, name: str) -> dict[str, Any] | None:
+        data = self.objects.get(f"{CATALOG}{name}.json")
+        if data is None:
+            return None
+        try:
+            entry = json.loads(data)
+            if not _UUID.fullmatch(entry["data"]):
+                raise ValueError("data")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"{self.uri}/{CATALOG}{name}.json: not a catalog record ({exc})") from None
+        return entry
+
+    def _at(self, data: str) -> str:
+        return f"{self.uri}/{DATA}{data}"
+
+    def location(self, name: str) -> str | None:
+        entry = self._entry(name)
+        return self._at(entry["data"]) if entry is not None else None
+
+    def names(self) -> list[str]:
+        found = (k[len(CATALOG):].removesuffix(".json") for k in self.objects.list(CATALOG))
+        return sorted(n for n in found if _NAME.fullmatch(n))
+
+    def reserve(self, name: str) -> str:
+        if self.objects.get(f"{CATALOG}{name}.json") is not None:
+            raise IndexExists(f"name: an index named '{name}' exists")
+        data = uuid.uuid4().hex
+        IndexStore(self._at(data), create=True, cache_dir=self.cache_dir)
+        record = json.dumps({"data": data, "created": time.time()}).encode()
+        if not self.objects.put_if_absent(f"{CATALOG}{name}.json", record):
+            IndexStore(self._at(data), cache_dir=self.cache_dir).purge()  # another create won the name
+            raise IndexExists(f"name: an index named '{name}' exists")
+        return self._at(data)
+
+    def created(self, name: str) -> float:
+        entry = self._entry(name)
+        if entry is None:
+            raise StoreError(f"name: no index named '{name}'")
+        return float(entry.get("created", 0.0))
+
+    def detach(self, name: str) -> str:
+        entry = self._entry(name)
+        if entry is None:
+            raise StoreError(f"name: no index named '{name}'")
+        # The removal is recorded before the name goes, so a crash in between leaves it to `detached`.
+        self.objects.put(f"{REMOVING}{entry['data']}.json", json.dumps({"name": name}).encode())
+        if not self.objects.delete(f"{CATALOG}{name}.json"):
+            raise StoreError(f"name: no index named '{name}'")  # a concurrent delete took it first
+        return self._at(entry["data"])
+
+    def detached(self) -> list[str]:
+        """Removals not finished. A record whose index is gone is done: it is dropped here. So is one whose
+        index still has a catalog record (a crash after recording the removal, before deleting the name)."""
+        live = {self._entry(n)["data"] for n in self.names()}  # type: ignore[index]
+        out = []
+        for key in self.objects.list(REMOVING):
+            data = key[len(REMOVING):].removesuffix(".json")
+            if not _UUID.fullmatch(data):
+                continue
+            if data in live or not self.objects.list(f"{DATA}{data}/"):
+                self.objects.delete(key)
+            else:
+                out.append(self._at(data))
+        return sorted(out)
+
+
+class IndexRegistry:
+    def __init__(self, root: str | os.PathLike[str], cache_dir: str = "") -> None:
+        """`cache_dir`: `store.cache_dir`, where this node's directories for indexes on object storage are."""
+        self.uri = str(root)
+        self.remote = is_remote(self.uri)
+        self.cache_dir = cache_dir
+        # This node's directory for the default index (the index itself when local): the managed vector store
+        # and the caches of the whole service live there.
+        self.root = local_dir_of(self.uri, cache_dir) if self.remote else Path(root)
+        self._quota_lock = threading.Lock()  # two writes of one quota from this process: one at a time
+        self._opened: dict[str, Objects] = {}
+        self._opened_lock = threading.Lock()
+
+    @cached_property
+    def catalog(self) -> DirectoryCatalog | ObjectCatalog:
+        """Made on first use: a registry on object storage connects to its bucket only when asked."""
+        if self.remote:
+            return ObjectCatalog(self.uri.rstrip("/"), open_objects(self.uri, self.cache_dir), self.cache_dir)
+        return DirectoryCatalog(self.root)
+
+    def location(self, name: str) -> str:
+        """Index `name` as `IndexStore`, the updater's name and the engine take it: the service's own URI for
+        the default index, a named one's directory or s3:// prefix; StoreError when there is none."""
+        if name == DEFAULT_INDEX:
+            return self.uri
+        found = self.catalog.location(check_name(name))
+        if found is None:
+            raise StoreError(f"name: no index named '{name}'")
+        return found
+
+    def path(self, name: str) -> Path:
+        """This node's own directory for index `name` (the index itself when local)."""
+        return local_dir_of(self.location(name), self.cache_dir)
+
+    def exists(self, name: str) -> bool:
+        if name == DEFAULT_INDEX:
+            return True
+        return _NAME.fullmatch(name) is not None and self.catalog.location(name) is not None
+
+    def names(self) -> list[str]:
+        """Every index, the default first, then the named ones in name order."""
+        return [DEFAULT_INDEX, *self.catalog.names()]
+
+    def reserve(self, name: str) -> str:
+        """Create index `name`'s identity; returns its location; IndexExists when the name is taken. The
+        caller then writes its first (empty) version."""
+        check_name(name)
+        if name == DEFAULT_INDEX:
+            raise IndexExists(f"name: an index named '{name}' exists")
+        return self.catalog.reserve(name)
+
+    def created(self, name: str) -> float:
+        """When index `name` was made (the default index: when its directory or first record was)."""
+        if name != DEFAULT_INDEX:
+            return self.catalog.created(check_name(name))
+        if not self.remote:
+            return self.root.stat().st_mtime
+        store = IndexStore(self.uri, cache_dir=self.cache_dir)
+        first = store.versions()
+        return store.manifest(first[0]).created if first else time.time()
 
     def info(self, name: str, size: bool = True) -> IndexInfo:
         """Documents and version from the manifest; with `size`, the bytes of its files too (a walk over them,
         which listings skip)."""
-        path = self.path(name)
-        store = IndexStore(self.location(name))
+        store = IndexStore(self.location(name), cache_dir=self.cache_dir)
         current = store.current_version()
         documents = store.manifest(current).counts.get("documents", 0) if current is not None else 0
         # The index's own files; the vector store's data (one server for every index) is not counted.
-        skip = {self.dir, self.root / "milvus"} if name == DEFAULT_INDEX else set()
         # An index on object storage is not walked: its size is its bucket's to report.
-        total = sum(f.stat().st_size for f in _files(path, skip)) if size and not self.remote else None
+        total = None
+        if size and not self.remote:
+            skip = {self.root / "indexes", self.root / "milvus"} if name == DEFAULT_INDEX else set()
+            total = sum(f.stat().st_size for f in _files(Path(store.uri), skip))
         return IndexInfo(name, documents, current or 0, total)
+
+    def _objects(self, name: str) -> Objects:
+        location = self.location(name)
+        if not self.remote:
+            return open_objects(location)
+        with self._opened_lock:  # an S3 client is slow to make: one per index of this registry
+            found = self._opened.get(location)
+            if found is None:
+                found = self._opened[location] = open_objects(location, self.cache_dir)
+            return found
 
     def quota(self, name: str) -> dict[str, Any] | None:
         """The limits an admin set on index `name` (`set_quota`); None: the service's default applies."""
         try:
-            text = (self.path(name) / QUOTA_FILE).read_text()
-        except FileNotFoundError:
+            objects = self._objects(name)
+        except (StoreError, InputError):
+            return None  # deleted meanwhile
+        text = objects.get(QUOTA_FILE)
+        if text is None:
             return None
         limits = json.loads(text)
         if not isinstance(limits, dict):
-            raise StoreError(f"{self.path(name) / QUOTA_FILE}: not a JSON object")
+            raise StoreError(f"{objects.uri}/{QUOTA_FILE}: not a JSON object")
         return limits
 
     def set_quota(self, name: str, limits: dict[str, Any] | None) -> None:
-        """Replace index `name`'s own limits (written whole, atomically: every ingress replica reads one
-        or the other); None removes them, so the service's default applies again."""
-        path = self.path(name) / QUOTA_FILE
-        if not self.exists(name):
+        """Replace index `name`'s own limits (written whole: every ingress replica reads one or the other);
+        None removes them, so the service's default applies again."""
+        if name == DEFAULT_INDEX or not self.exists(name):
             raise StoreError(f"name: no index named '{name}'")
+        objects = self._objects(name)
         with self._quota_lock:
             if limits is None:
-                path.unlink(missing_ok=True)
+                objects.delete(QUOTA_FILE)
             else:
-                write_atomic(path, json.dumps(limits, sort_keys=True).encode())
+                objects.put(QUOTA_FILE, json.dumps(limits, sort_keys=True).encode())
 
-    def detach(self, name: str) -> Path:
-        """Take index `name` out of the registry at once (a rename); returns where its files now are, for
+    def detach(self, name: str) -> str:
+        """Take index `name` out of the registry at once; returns where its files now are, for
         `indexing.build.remove_index` to drop its collections and files."""
         check_name(name)
         if name == DEFAULT_INDEX:
             raise InputError("name: the default index is the service's own and cannot be deleted")
-        path = self.dir / name
-        hidden = self.dir / f"{_DELETING}{uuid.uuid4().hex}"
-        try:
-            os.rename(path, hidden)
-        except FileNotFoundError:
-            raise StoreError(f"name: no index named '{name}'") from None
-        return hidden
+        return self.catalog.detach(name)
 
-    def detached(self) -> list[Path]:
+    def detached(self) -> list[str]:
         """Indexes whose removal started and did not finish (a crash): removed again at start."""
-        return sorted(p for p in self.dir.iterdir() if p.name.startswith(_DELETING)) if self.dir.is_dir() else []
+        return self.catalog.detached()
 
 
 def _files(path: Path, skip: set[Path]) -> Iterator[Path]:

@@ -388,6 +388,15 @@ class IndexStore:
         derived.remove(self.derived_dir, lambda uid, v, fmt: (uid, fmt) == (self.uid, derived.FORMAT) and v in kept)
         return GcResult(removed, n_files, n_bytes, named, sorted(orphans))
 
+    def purge(self) -> int:
+        """Delete every object of this index, its identity last, so that a removal cut short still shows an
+        index to remove again; returns how many objects went. The caller has dropped its collections."""
+        keys = [k for k in self.objects.list("") if k != "index.json"]
+        for key in keys:
+            self.objects.delete(key)
+        self.objects.delete("index.json")
+        return len(keys) + 1
+
     def segment_bytes(self, artifact: str, segment: str) -> int:
         return sum(self.objects.size(f"segments/{artifact}/{segment}{suffix}") or 0
                    for suffix in (".arrow", ".keys.npy", ".dead.arrow"))

@@ -22,26 +22,26 @@ from hygraph.store.versions import IndexStore
 log = logging.getLogger("hygraph.indexes")
 
 
-def create(cfg: HygraphConfig, path: Path) -> None:
+def create(cfg: HygraphConfig, path: str) -> None:
     """Start the new index's updater, which writes its empty first version."""
     start_updater(cfg, path, create_empty=True)
 
 
-def remove(cfg: HygraphConfig, name_path: Path, detached: Path) -> Any:
-    """Stop the updater of the index that was at `name_path` (now at `detached`), then drop its collections
-    and files in a Ray task; returns the task's ref."""
+def remove(cfg: HygraphConfig, name_path: str | Path, detached: str) -> Any:
+    """Stop the updater of the index that was at `name_path` (now at `detached`: the same prefix on object
+    storage), then drop its collections and files in a Ray task; returns the task's ref."""
     import ray
 
     stop_updater(name_path)
-    return ray.remote(num_cpus=0, max_retries=3)(_remove).remote(cfg.model_dump(mode="json"), str(detached))
+    return ray.remote(num_cpus=0, max_retries=3)(_remove).remote(cfg.model_dump(mode="json"), detached)
 
 
 def resume_removals(cfg: HygraphConfig, registry: IndexRegistry) -> list[Any]:
     """Removals a stopped service left unfinished (its indexes renamed out of sight, not yet purged)."""
     import ray
 
-    return [ray.remote(num_cpus=0, max_retries=3)(_remove).remote(cfg.model_dump(mode="json"), str(p))
-            for p in registry.detached()]
+    return [ray.remote(num_cpus=0, max_retries=3)(_remove).remote(cfg.model_dump(mode="json"), location)
+            for location in registry.detached()]
 
 
 def start_named_updaters(cfg: HygraphConfig, registry: IndexRegistry) -> list[str]:
@@ -50,8 +50,8 @@ def start_named_updaters(cfg: HygraphConfig, registry: IndexRegistry) -> list[st
     the others start on their next write. Returns their names."""
     started = []
     for name in registry.names()[1:]:
-        path = registry.path(name)
-        store = IndexStore(path)
+        path = registry.location(name)
+        store = IndexStore(path, cache_dir=cfg.store.cache_dir)
         if store.current_version() is not None:
             manifest = store.manifest()
             journal = open_journal(path, store.objects)

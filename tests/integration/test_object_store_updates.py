@@ -57,11 +57,11 @@ def test_insert_and_delete_on_an_s3_index_without_a_server(s3_server, tmp_path, 
     assert [journal.status(j, manifest) for j in jobs] == [("done", None), ("done", None)]
     assert store.objects.list("journal/jobs/") == [job_key(0), job_key(1)]
     assert journal.failed() == {} and journal.running() == set()
-    # A named index (--index) is still refused on an s3:// service root, naming what it takes.
+    # A named index (--index) of an s3:// service root that was never made: exit 2, naming --index.
     proc = run_cli("insert", "--index-dir", remote, "--index", "docs", "--corpus", str(tmp_path / "new.jsonl"),
                    env=env, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "`hygraph index/query/eval/gc/insert/delete/serve` do" in proc.stderr.strip().splitlines()[-1]
+    assert "--index: no index named 'docs'" in proc.stderr.strip().splitlines()[-1]
 
 
 KEY, ADMIN = "s3-key-4e1a", "s3-admin-7b20"
@@ -80,7 +80,8 @@ def _served(client: Client, job_id: str, question: str, timeout_s: float = 120) 
 
 def test_serve_an_s3_index_queries_inserts_and_deletes(s3_server, tmp_path, monkeypatch):
     """`hygraph serve --index-dir s3://...` (issue 30): the Retriever reads versions from the bucket, the updater
-    actor applies jobs journaled as objects under the prefix, and job status reads them there."""
+    actor applies jobs journaled as objects under the prefix, and job status reads them there. A named index and
+    a key scoped to it live in the same bucket; deleting the index removes its objects."""
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)
     prefix = f"{uuid.uuid4().hex[:8]}/index"
@@ -99,9 +100,38 @@ def test_serve_an_s3_index_queries_inserts_and_deletes(s3_server, tmp_path, monk
         deleted, out = _served(client, client.delete_document(MARKER["id"])["job_id"], MARKER["title"])
         assert deleted["index_version"] > inserted["index_version"]
         assert MARKER["id"] not in [p["id"] for p in out["passages"]]
-        with Client(srv["url"], api_key=ADMIN) as admin, pytest.raises(ApiError) as err:
+        # A named index in the same bucket, and a key scoped to it: both objects under the service's prefix.
+        with Client(srv["url"], api_key=ADMIN) as admin:
             admin.create_index("docs")
-        assert err.value.status == 422 and err.value.message.startswith("name:")
-    keys = [o["Key"] for o in s3_server.client().list_objects_v2(
-        Bucket=s3_server.bucket, Prefix=f"{prefix}/journal/jobs/").get("Contents", [])]
-    assert keys == [f"{prefix}/{job_key(n)}" for n in range(3)]
+            scoped = admin.create_key({"docs": ["read", "write"]}, name="docs writer")
+        with Client(srv["url"], api_key=scoped["key"], index="docs") as docs:
+            job = docs.wait(docs.add_documents([MARKER])["job_id"])
+            assert job["status"] == "done", job
+            deadline = time.monotonic() + 60
+            while not (found := docs.query(MARKER["title"], mode="dense"))["passages"]:
+                assert time.monotonic() < deadline, "the named index's Retriever did not follow its updater"
+                time.sleep(0.5)
+            assert found["passages"][0]["id"] == MARKER["id"]
+        with Client(srv["url"], api_key=scoped["key"]) as elsewhere, pytest.raises(ApiError) as err:
+            elsewhere.add_documents([MARKER])  # the default index is not this key's
+        assert err.value.status == 404
+        catalog = _keys(s3_server, f"{prefix}/catalog/")
+        assert catalog == [f"{prefix}/catalog/docs.json"]
+        named = json.loads(s3_server.client().get_object(Bucket=s3_server.bucket, Key=catalog[0])["Body"].read())
+        assert _keys(s3_server, f"{prefix}/indexes/{named['data']}/journal/jobs/")
+        assert len(_keys(s3_server, f"{prefix}/keys/")) == 1
+        # Deleting it frees the name at once and removes its objects; the key keeps no right on the name.
+        with Client(srv["url"], api_key=ADMIN) as admin:
+            admin.delete_index("docs")
+            assert [i["name"] for i in admin.indexes()] == ["default"]
+        deadline = time.monotonic() + 120
+        while _keys(s3_server, f"{prefix}/indexes/{named['data']}/"):
+            assert time.monotonic() < deadline, "the deleted index's objects stayed"
+            time.sleep(1)
+        assert _keys(s3_server, f"{prefix}/catalog/") == []
+    assert _keys(s3_server, f"{prefix}/journal/jobs/") == [f"{prefix}/{job_key(n)}" for n in range(3)]
+
+
+def _keys(server, prefix: str) -> list[str]:
+    return sorted(o["Key"] for o in server.client().list_objects_v2(
+        Bucket=server.bucket, Prefix=prefix).get("Contents", []))

@@ -16,6 +16,7 @@ from hygraph.serve.access import Access
 from hygraph.serve.http import ApiError
 from hygraph.store.keys import KeyStore, StoredKey, digest
 from hygraph.store.objects import LocalObjects, open_objects
+from hygraph.store.versions import IndexStore
 from hygraph.store.registry import DEFAULT_INDEX, IndexExists, IndexRegistry, check_name
 
 
@@ -31,38 +32,55 @@ def test_index_names_that_are_refused(name):
         check_name(name)
 
 
-def test_the_registry_locates_the_default_index_by_its_uri_and_a_named_one_by_its_directory(tmp_path):
+def test_the_registry_locates_the_default_index_by_its_uri(tmp_path):
     local = IndexRegistry(tmp_path)
-    assert local.location(DEFAULT_INDEX) == str(tmp_path)
-    assert local.location("team-a") == str(tmp_path / "indexes" / "team-a")
+    assert local.location(DEFAULT_INDEX) == str(tmp_path) and local.path(DEFAULT_INDEX) == tmp_path
     remote = IndexRegistry("s3://bucket/idx", str(tmp_path / "cache"))
     # The default index on object storage is the bucket's, not this node's directory for it.
-    assert remote.location(DEFAULT_INDEX) == "s3://bucket/idx"
-    assert remote.path(DEFAULT_INDEX) != Path("s3://bucket/idx")
-    with pytest.raises(InputError, match="name"):
-        remote.location("../x")
+    assert remote.location(DEFAULT_INDEX) == "s3://bucket/idx" and remote.root.parent == tmp_path / "cache"
+    for bad in ("../x", "A", "a/b"):
+        with pytest.raises(InputError, match="name"):
+            local.location(bad)
 
 
-def test_the_registry_makes_lists_and_detaches_indexes(tmp_path):
-    reg = IndexRegistry(tmp_path)
+def test_the_registry_makes_lists_locates_and_detaches_indexes(uri, tmp_path):
+    """On a local service root (directories, renamed away on delete) and on a bucket (catalog records naming
+    a fresh prefix per index)."""
+    reg = IndexRegistry(uri, str(tmp_path / "cache"))
     assert reg.names() == [DEFAULT_INDEX]
-    path = reg.reserve("team-a")
-    assert path == tmp_path / "indexes" / "team-a" and (path / "index.json").is_file()
+    with pytest.raises(StoreError, match="name"):
+        reg.location("team-a")
+    at = reg.reserve("team-a")
+    assert reg.location("team-a") == at and IndexStore(at, cache_dir=str(tmp_path / "cache")).uid
+    if not reg.remote:
+        assert at == str(Path(uri) / "indexes" / "team-a")
     with pytest.raises(IndexExists):
         reg.reserve("team-a")
     with pytest.raises(IndexExists):
         reg.reserve(DEFAULT_INDEX)
     reg.reserve("b")
-    assert reg.names() == [DEFAULT_INDEX, "b", "team-a"]
+    assert reg.names() == [DEFAULT_INDEX, "b", "team-a"] and reg.exists("b") and not reg.exists("c")
     assert reg.info("b").documents == 0 and reg.info("b").index_version == 0
+    assert reg.created("b") > 0
+    reg.set_quota("b", {"max_documents": 3})
+    assert reg.quota("b") == {"max_documents": 3} and reg.quota("team-a") is None
+    reg.set_quota("b", None)
+    assert reg.quota("b") is None
     hidden = reg.detach("team-a")
     assert not reg.exists("team-a") and reg.names() == [DEFAULT_INDEX, "b"]
     assert reg.detached() == [hidden]
-    reg.reserve("team-a")  # the name is free at once
-    shutil.rmtree(hidden)  # what remove_index does once the collections are dropped
+    again = reg.reserve("team-a")  # the name is free at once, and a new index never shares the old one's files
+    assert IndexStore(again, cache_dir=str(tmp_path / "cache")).uid != IndexStore(
+        hidden, cache_dir=str(tmp_path / "cache")).uid
+    if reg.remote:
+        IndexStore(hidden, cache_dir=str(tmp_path / "cache")).purge()  # what remove_index does
+    else:
+        shutil.rmtree(hidden)
     assert reg.detached() == []
     with pytest.raises(StoreError):
         reg.detach("nope")
+    with pytest.raises(StoreError):
+        reg.set_quota("nope", {})
     assert not reg.exists("../indexes/b") and not reg.exists("B")
 
 

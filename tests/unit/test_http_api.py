@@ -40,7 +40,7 @@ class StubGateway:
         self.access = Access(self.cfg.serve, "local", KeyStore(LocalObjects(root)))
         self.index_name = "demo"
         self.registry = SimpleNamespace(names=lambda: ["default"], exists=lambda name: name == "default",
-                                        path=lambda name: SimpleNamespace(stat=lambda: SimpleNamespace(st_mtime=0)))
+                                        created=lambda name: 0.0)
         self.metrics = SimpleNamespace(errors=_Count(), requests=_Count(), ingest=_Count())
         self.default = SimpleNamespace(name="default", journal=SimpleNamespace(append=self._append))
         self.asked: list[tuple] = []

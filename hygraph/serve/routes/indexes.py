@@ -59,7 +59,7 @@ async def create_index(body: CreateIndex, who: Principal = Depends(caller), gw: 
         await asyncio.to_thread(gw.registry.set_quota, body.name, body.quota.model_dump())
     await asyncio.to_thread(indexes.create, gw.tenant(body.name, who, "admin").cfg, path)
     deadline = time.monotonic() + READY_WAIT_SHARE * gw.cfg.serve.request_timeout_s
-    store = IndexStore(path)
+    store = IndexStore(path, cache_dir=gw.cfg.store.cache_dir)
     while time.monotonic() < deadline and await asyncio.to_thread(store.current_version) is None:
         await asyncio.sleep(0.25)
     return JSONResponse({"name": body.name, "created": int(time.time())}, status_code=201)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from hygraph.input_rules import check_nonblank_text
+from hygraph.errors import StoreError
 from hygraph.serve.access import Principal
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.openai_format import DONE, Completion, stream_error
@@ -75,7 +76,12 @@ async def models(who: Principal = Depends(caller), gw: Gateway = Depends(gateway
     if not ids and who.kind == "anonymous":
         raise ApiError(401, "unauthorized", "authorization: missing `Bearer <key>` header",
                        {"WWW-Authenticate": "Bearer"})
-    created = {name: int(gw.registry.path(name).stat().st_mtime) for name in set(ids.values())}
+    created: dict[str, int] = {}
+    for name in set(ids.values()):
+        try:
+            created[name] = int(await asyncio.to_thread(gw.registry.created, name))
+        except StoreError:  # deleted since it was listed
+            created[name] = 0
     return {"object": "list", "data": [{"id": model, "object": "model", "created": created[ids[model]],
                                         "owned_by": "hygraph"} for model in sorted(ids)]}
 
