@@ -330,7 +330,7 @@ def _parser() -> argparse.ArgumentParser:
 def _named_index(cfg: HygraphConfig, args: argparse.Namespace) -> HygraphConfig:
     """`--index NAME`: the named index NAME of the service whose root (default index) is `--index-dir`, with the
     config it is served with (the service's vector store server); `hygraph index` makes it when it is new."""
-    from hygraph.store.registry import IndexExists, IndexRegistry, check_name
+    from hygraph.store.registry import IndexExists, IndexRegistry, NoSuchIndex, check_name
 
     registry = IndexRegistry(index_uri(args.index_dir), cfg.store.cache_dir)
     name = check_name(args.index, "--index")
@@ -342,7 +342,7 @@ def _named_index(cfg: HygraphConfig, args: argparse.Namespace) -> HygraphConfig:
     named = cfg.for_named_index(registry.root)
     try:
         args.index_dir = registry.location(name)
-    except StoreError:
+    except NoSuchIndex:
         raise InputError(f"--index: no index named '{name}' under {args.index_dir}") from None
     return named
 

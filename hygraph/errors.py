@@ -29,7 +29,8 @@ class IndexNotReady(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """The vector store cannot be reached right now (retryable: HTTP 503 with Retry-After)."""
+    """A store (the vector store, or the object store of an index) cannot be reached right now (retryable:
+    HTTP 503 with Retry-After)."""
 
 
 class BackendError(HygraphError):

@@ -3,7 +3,8 @@
 `seaweedfs(dir)` starts `weed server -s3` with every listener on 127.0.0.1 on free ports (its HTTP and gRPC
 ports are all set: weed's defaults add 10000 to each HTTP port and open fixed Iceberg and Lance ports, which
 are turned off), waits until S3 answers, and stops it at the end: SIGTERM, a few seconds, then SIGKILL (it
-stops slowly). `S3Server.env()` holds the standard AWS variables that point boto3 at it.
+stops slowly). `S3Server.env()` holds the standard AWS variables that point boto3 at it; `stop()` and
+`start()` make an outage (the same ports and data when it comes back).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def _free_ports(n: int) -> list[int]:
 @dataclass
 class S3Server:
     endpoint: str
-    proc: subprocess.Popen
+    command: list[str]
+    directory: Path
+    proc: subprocess.Popen | None = None
     bucket: str = "hygraph-test"  # one bucket per server (SeaweedFS gives each its own volumes): tests use prefixes
 
     def env(self) -> dict[str, str]:
@@ -52,6 +55,35 @@ class S3Server:
         return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=e["AWS_ACCESS_KEY_ID"],
                             aws_secret_access_key=e["AWS_SECRET_ACCESS_KEY"], region_name=e["AWS_DEFAULT_REGION"])
 
+    def start(self, ready_s: float = 60) -> None:
+        """Start the server (again, on the same ports and data: an outage's end) and wait until S3 answers."""
+        with (self.directory / "weed.log").open("a") as log:
+            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + ready_s
+        while True:
+            try:
+                self.client().create_bucket(Bucket=self.bucket)
+                return
+            except Exception as exc:  # noqa: BLE001 - not answering yet
+                if type(exc).__name__ in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    return  # an earlier try's answer was lost, or a restart on the same data
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"weed server did not start:\n"
+                                       f"{(self.directory / 'weed.log').read_text()[-3000:]}")
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        """SIGTERM, a few seconds, then SIGKILL (it stops slowly)."""
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
 
 def available() -> bool:
     return Path(WEED).is_file()
@@ -60,33 +92,14 @@ def available() -> bool:
 @contextmanager
 def seaweedfs(directory: Path, ready_s: float = 60) -> Iterator[S3Server]:
     s3, s3g, master, masterg, volume, volumeg, filer, filerg = _free_ports(8)
-    log = (directory / "weed.log").open("w")
-    proc = subprocess.Popen(
-        [WEED, "server", f"-dir={directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
-         f"-master.port={master}", f"-master.port.grpc={masterg}", f"-volume.port={volume}",
-         f"-volume.port.grpc={volumeg}", f"-filer.port={filer}", f"-filer.port.grpc={filerg}",
-         "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3g}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-         "-master.volumeSizeLimitMB=64", "-volume.max=64"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    server = S3Server(f"http://127.0.0.1:{s3}", proc)
+    command = [WEED, "server", f"-dir={directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
+               f"-master.port={master}", f"-master.port.grpc={masterg}", f"-volume.port={volume}",
+               f"-volume.port.grpc={volumeg}", f"-filer.port={filer}", f"-filer.port.grpc={filerg}",
+               "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3g}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+               "-master.volumeSizeLimitMB=64", "-volume.max=64"]
+    server = S3Server(f"http://127.0.0.1:{s3}", command, directory)
     try:
-        deadline = time.monotonic() + ready_s
-        while True:
-            try:
-                server.client().create_bucket(Bucket=server.bucket)
-                break
-            except Exception as exc:  # noqa: BLE001 - not answering yet
-                if type(exc).__name__ == "BucketAlreadyOwnedByYou":  # an earlier try's answer was lost
-                    break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"weed server did not start:\n{(directory / 'weed.log').read_text()[-3000:]}")
-                time.sleep(0.5)
+        server.start(ready_s)
         yield server
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
+        server.stop()

@@ -31,14 +31,14 @@ from hygraph.backends.llm import make_llm
 from hygraph.updater.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
-from hygraph.errors import IndexNotReady, InputError, StoreError
+from hygraph.errors import IndexNotReady, InputError
 from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieval, answer, answer_stream,
                               needs_question_vector)
 from hygraph.serve.answer_cache import AnswerCache, CacheKey
 from hygraph.serve.batching import ContinuousBatcher
 from hygraph.serve.metrics import AnswerCacheMetrics, EmbedderMetrics, IndexMetrics, LLMMetrics
 from hygraph.store.objects import is_remote, local_dir_of
-from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
+from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry, NoSuchIndex
 from hygraph.store.versions import IndexStore
 
 log = logging.getLogger("hygraph.serve")
@@ -188,9 +188,9 @@ class Retriever:
                     # Recorded at every poll, not only on a change: a gauge recorded once at load was gone
                     # from Ray's /metrics export minutes later (test_serve_http's metrics test).
                     self.index_metrics.version.set(self._pipeline.engine.version)
-            except Exception:  # noqa: BLE001 - a half-visible version is retried on the next poll
-                log.warning("could not load index version %s; still serving %s",
-                            IndexStore(self.index_dir, **self.cfg.store.model_dump()).current_version(),
+            except Exception:  # noqa: BLE001 - a half-visible version, or the store out of reach: the next poll retries
+                # Nothing here touches the store: while it is out of reach this loop must live on.
+                log.warning("could not load the index's newest version; still serving %s",
                             self._pipeline.engine.version if self._pipeline else "none", exc_info=True)
             self._follow_named()
 
@@ -198,8 +198,8 @@ class Retriever:
         """Whether `loaded` is still index `name` (not deleted, nor deleted and made again)."""
         try:
             location = self.registry.location(name)
-        except StoreError:
-            return False
+        except NoSuchIndex:
+            return False  # a store out of reach raises instead: the loaded version keeps serving
         if is_remote(location):  # a new index on object storage has a prefix of its own
             return local_dir_of(location, self.cfg.store.cache_dir) == loaded.local_dir
         return _uid(location) == loaded.uid

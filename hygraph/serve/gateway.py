@@ -26,12 +26,11 @@ from hygraph.pipeline import QueryRequest, QueryResult, Retrieval, needs_questio
 from hygraph.serve.access import Access, Need, Principal, denied, not_found
 from hygraph.serve.http import ApiError
 from hygraph.serve.metrics import IngressMetrics
-from hygraph.errors import StoreError
 from hygraph.serve.quotas import Quotas
 from hygraph.serve.tenants import Tenant
 from hygraph.store.keys import REMOTE_CACHE_S, KeyStore
 from hygraph.store.objects import index_uri
-from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry
+from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry, NoSuchIndex
 
 
 log = logging.getLogger("hygraph.serve")
@@ -74,7 +73,7 @@ class Gateway:
             return self.default
         try:
             location = self.registry.location(name)
-        except StoreError:
+        except NoSuchIndex:
             with self._tenants_lock:
                 self._tenants.pop(name, None)  # deleted: a later index of that name is a new one
             raise not_found(name) from None

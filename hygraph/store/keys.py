@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import secrets
 import threading
@@ -42,6 +43,7 @@ REMOTE_CACHE_S = 5.0  # how long a replica of an s3 service trusts a key record 
 _REMEMBERED = 10_000  # key records (and absences) a replica keeps between reads
 T = TypeVar("T")
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
+log = logging.getLogger(__name__)
 
 
 def digest(key: str) -> str:
@@ -75,7 +77,15 @@ class KeyStore:
             seen = self._known.get(d)
         if seen is not None and now - seen[0] < self.cache_s:
             return seen[1]
-        found = self._read(d)
+        try:
+            found = self._read(d)
+        except StoreError as exc:
+            if seen is None:
+                raise
+            # The store is out of reach: the record read last answers until it is back (a key revoked
+            # meanwhile is refused again at the first read after it).
+            log.warning("key records unreadable (%s): the last read answers until the store is back", exc)
+            found = seen[1]
         with self._lock:
             self._known[d] = (now, found)
             self._known.move_to_end(d)
@@ -86,7 +96,12 @@ class KeyStore:
     def empty(self) -> bool:
         now = time.monotonic()
         if now - self._any[0] >= self.cache_s:
-            self._any = (now, bool(self._digests()))
+            try:
+                self._any = (now, bool(self._digests()))
+            except StoreError:
+                if self._any[0] < 0:  # never read: nothing to answer with
+                    raise
+                self._any = (now, self._any[1])  # out of reach: the last listing answers until it is back
         return not self._any[1]
 
     def create(self, rights: Mapping[str, tuple[Right, ...]], name: str = "") -> tuple[str, StoredKey]:

@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Iterator
 
-from hygraph.errors import InputError, StoreError
+from hygraph.errors import InputError, StoreError, StoreUnavailable
 from hygraph.store.files import fsync_dir
 
 S3_SCHEME = "s3://"
@@ -288,17 +288,22 @@ class ObjectCache:
 
 
 def _s3_error(exc: Exception, what: str) -> StoreError:
-    from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+    """A StoreError naming the cause; StoreUnavailable (retryable, 503 with Retry-After) where the server is
+    out of reach or answered that it cannot serve now, so that writers wait for it instead of failing jobs."""
+    from botocore.exceptions import (ClientError, ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError,
+                                     NoCredentialsError, ReadTimeoutError)
 
     if isinstance(exc, ClientError):
         code = exc.response.get("Error", {}).get("Code", "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         if code == "NoSuchBucket":
             return StoreError(f"{what}: the bucket does not exist")
         if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
             return StoreError(f"{what}: access denied ({code}; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
-        return StoreError(f"{what}: {code or 'error'} {exc.response.get('Error', {}).get('Message', '')}".rstrip())
-    if isinstance(exc, EndpointConnectionError):
-        return StoreError(f"{what}: the S3 endpoint is unreachable ({exc}; check AWS_ENDPOINT_URL)")
+        message = f"{what}: {code or 'error'} {exc.response.get('Error', {}).get('Message', '')}".rstrip()
+        return StoreUnavailable(message) if isinstance(status, int) and status >= 500 else StoreError(message)
+    if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError)):
+        return StoreUnavailable(f"{what}: the S3 endpoint is unreachable ({exc}; check AWS_ENDPOINT_URL)")
     if isinstance(exc, NoCredentialsError):
         return StoreError(f"{what}: no AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
     return StoreError(f"{what}: {type(exc).__name__}: {exc}")

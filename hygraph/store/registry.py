@@ -54,6 +54,10 @@ class IndexExists(InputError):
     """POST /v1/indexes with a name that is taken (HTTP 409)."""
 
 
+class NoSuchIndex(StoreError):
+    """No index has the name (HTTP 404); a store out of reach is a plain StoreError instead."""
+
+
 def check_name(name: str, field: str = "name") -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InputError(f"{field}: an index name is 1-64 of a-z, 0-9 and '-', starting with a letter")
@@ -100,7 +104,7 @@ class DirectoryCatalog:
         try:
             os.rename(self.dir / name, hidden)
         except FileNotFoundError:
-            raise StoreError(f"name: no index named '{name}'") from None
+            raise NoSuchIndex(f"name: no index named '{name}'") from None
         return str(hidden)
 
     def detached(self) -> list[str]:
@@ -151,17 +155,17 @@ class ObjectCatalog:
     def created(self, name: str) -> float:
         entry = self._entry(name)
         if entry is None:
-            raise StoreError(f"name: no index named '{name}'")
+            raise NoSuchIndex(f"name: no index named '{name}'")
         return float(entry.get("created", 0.0))
 
     def detach(self, name: str) -> str:
         entry = self._entry(name)
         if entry is None:
-            raise StoreError(f"name: no index named '{name}'")
+            raise NoSuchIndex(f"name: no index named '{name}'")
         # The removal is recorded before the name goes, so a crash in between leaves it to `detached`.
         self.objects.put(f"{REMOVING}{entry['data']}.json", json.dumps({"name": name}).encode())
         if not self.objects.delete(f"{CATALOG}{name}.json"):
-            raise StoreError(f"name: no index named '{name}'")  # a concurrent delete took it first
+            raise NoSuchIndex(f"name: no index named '{name}'")  # a concurrent delete took it first
         return self._at(entry["data"])
 
     def detached(self) -> list[str]:
@@ -207,7 +211,7 @@ class IndexRegistry:
             return self.uri
         found = self.catalog.location(check_name(name))
         if found is None:
-            raise StoreError(f"name: no index named '{name}'")
+            raise NoSuchIndex(f"name: no index named '{name}'")
         return found
 
     def path(self, name: str) -> Path:
@@ -269,7 +273,7 @@ class IndexRegistry:
         """The limits an admin set on index `name` (`set_quota`); None: the service's default applies."""
         try:
             objects = self._objects(name)
-        except (StoreError, InputError):
+        except (NoSuchIndex, InputError):
             return None  # deleted meanwhile
         text = objects.get(QUOTA_FILE)
         if text is None:
@@ -283,7 +287,7 @@ class IndexRegistry:
         """Replace index `name`'s own limits (written whole: every ingress replica reads one or the other);
         None removes them, so the service's default applies again."""
         if name == DEFAULT_INDEX or not self.exists(name):
-            raise StoreError(f"name: no index named '{name}'")
+            raise NoSuchIndex(f"name: no index named '{name}'")
         objects = self._objects(name)
         with self._quota_lock:
             if limits is None:

@@ -113,6 +113,7 @@ class IndexUpdater:
         while the store was reachable (an outage does not count: everything waits for it)."""
         try:
             self.publisher.vectors.ping()
+            self.store.current_version()  # the index's own store (a bucket) answers too
         except StoreUnavailable:
             return False
         self._attempts[head] = self._attempts.get(head, 0) + 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Iterator
 
 import pytest
 
@@ -19,10 +20,14 @@ from hygraph.indexing.build import create_empty_index
 from hygraph.store.object_journal import ObjectJournal, job_key, open_journal
 from hygraph.store.versions import IndexStore
 from tests.integration.conftest import cli_env, last_json, run_cli, serving
+from tests.s3server import S3Server, seaweedfs
 
 pytestmark = pytest.mark.integration
 
 DEMO_CORPUS = DEMO_DIR / "corpus.jsonl"
+OUTAGE_S = 30
+LATE = {"id": "s3-late-doc", "title": "Walrus choirs of Svalbard",
+        "text": "The walrus choirs of Svalbard sing to the midnight sun every July, in four parts."}
 MARKER = {"id": "s3-marker-doc", "title": "Quokka lanterns of Zanzibar",
           "text": "The quokka lantern festival of Zanzibar floats paper quokkas down the harbour each spring."}
 
@@ -78,10 +83,21 @@ def _served(client: Client, job_id: str, question: str, timeout_s: float = 120) 
     return job, out
 
 
-def test_serve_an_s3_index_queries_inserts_and_deletes(s3_server, tmp_path, monkeypatch):
+@pytest.fixture
+def own_s3(tmp_path) -> Iterator[S3Server]:
+    """An S3 server of the test's own, which it may stop and start (the session's server stays up for the rest)."""
+    (tmp_path / "weed").mkdir()
+    with seaweedfs(tmp_path / "weed") as server:
+        yield server
+
+
+def test_serve_an_s3_index_queries_inserts_and_deletes(own_s3, tmp_path, monkeypatch):
     """`hygraph serve --index-dir s3://...` (issue 30): the Retriever reads versions from the bucket, the updater
     actor applies jobs journaled as objects under the prefix, and job status reads them there. A named index and
-    a key scoped to it live in the same bucket; deleting the index removes its objects."""
+    a key scoped to it live in the same bucket; deleting the index removes its objects. Then the S3 server stops
+    for OUTAGE_S under query load: queries answer from the loaded version, a write gets 503 with Retry-After, and
+    a write acknowledged just before the outage is applied once it is back."""
+    s3_server = own_s3
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)
     prefix = f"{uuid.uuid4().hex[:8]}/index"
@@ -129,7 +145,28 @@ def test_serve_an_s3_index_queries_inserts_and_deletes(s3_server, tmp_path, monk
             assert time.monotonic() < deadline, "the deleted index's objects stayed"
             time.sleep(1)
         assert _keys(s3_server, f"{prefix}/catalog/") == []
-    assert _keys(s3_server, f"{prefix}/journal/jobs/") == [f"{prefix}/{job_key(n)}" for n in range(3)]
+
+        acknowledged = client.add_documents([LATE])["job_id"]
+        s3_server.stop()
+        answered, failed, refused = 0, [], None
+        until = time.monotonic() + OUTAGE_S
+        while time.monotonic() < until:
+            try:
+                answered += bool(client.query(passages[1]["title"], mode="dense")["passages"])
+            except ApiError as exc:
+                failed.append(exc)
+            if refused is None:
+                with pytest.raises(ApiError) as err:
+                    client.add_documents([{"id": "during-outage", "text": "not journaled: the bucket is away"}])
+                refused = err.value
+            time.sleep(0.5)
+        s3_server.start()
+        assert not failed and answered >= 10, (answered, failed[:3])
+        assert refused.status == 503 and refused.retry_after, refused
+        late, out = _served(client, acknowledged, LATE["title"], timeout_s=240)
+        assert out["passages"][0]["id"] == LATE["id"]
+    # The write refused during the outage was never journaled: the jobs are the four acknowledged ones.
+    assert _keys(s3_server, f"{prefix}/journal/jobs/") == [f"{prefix}/{job_key(n)}" for n in range(4)]
 
 
 def _keys(server, prefix: str) -> list[str]:

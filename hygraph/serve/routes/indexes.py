@@ -16,12 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hygraph.updater import indexes
 from hygraph.config import QuotaConfig
-from hygraph.errors import StoreError
+from hygraph.errors import InputError
 from hygraph.serve.access import Principal, denied, not_found
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.http import ApiError
 from hygraph.serve.routes import IndexName, caller, gateway
-from hygraph.store.registry import DEFAULT_INDEX, NAME_PATTERN, IndexExists
+from hygraph.store.registry import DEFAULT_INDEX, NAME_PATTERN, IndexExists, NoSuchIndex
 from hygraph.store.versions import IndexStore
 
 router = APIRouter(tags=["indexes and keys"])
@@ -75,7 +75,7 @@ async def list_indexes(who: Principal = Depends(caller), gw: Gateway = Depends(g
     for name in names:
         try:
             info = await asyncio.to_thread(gw.registry.info, name, False)
-        except (StoreError, OSError):
+        except (NoSuchIndex, InputError, OSError):
             continue  # deleted between the listing and now
         out.append({"name": info.name, "documents": info.documents, "index_version": info.index_version})
     return JSONResponse({"indexes": out})
@@ -87,7 +87,7 @@ async def get_index(name: IndexName, who: Principal = Depends(caller), gw: Gatew
     gw.tenant(name, who, "read")
     try:
         info = await asyncio.to_thread(gw.registry.info, name)
-    except (StoreError, OSError):
+    except (NoSuchIndex, InputError, OSError):  # deleted since the check above
         raise not_found(name) from None
     quota = None if name == DEFAULT_INDEX else gw.quotas.limits(name).model_dump()
     return JSONResponse({"name": info.name, "documents": info.documents, "index_version": info.index_version,
@@ -117,7 +117,7 @@ async def _set_quota(gw: Gateway, name: str, limits: dict[str, Any] | None) -> N
         raise ApiError(422, "invalid_field", "name: the default index is the service's own and has no quota")
     try:
         await asyncio.to_thread(gw.registry.set_quota, name, limits)
-    except StoreError:
+    except NoSuchIndex:
         raise not_found(name) from None
     gw.quotas.forget(name)
 
@@ -131,7 +131,7 @@ async def delete_index(name: IndexName, who: Principal = Depends(caller), gw: Ga
         raise ApiError(422, "invalid_field", "name: the default index is the service's own and cannot be deleted")
     try:
         detached = await asyncio.to_thread(gw.registry.detach, name)
-    except StoreError:
+    except NoSuchIndex:
         raise not_found(name) from None
     gw.forget(name)
     await asyncio.to_thread(gw.access.store.drop_index, name)

@@ -12,7 +12,6 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from hygraph.input_rules import check_nonblank_text
-from hygraph.errors import StoreError
 from hygraph.serve.access import Principal
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.openai_format import DONE, Completion, stream_error
@@ -20,7 +19,7 @@ from hygraph.serve.http import ApiError, as_api_error, error_body
 from hygraph.serve.routes import caller, gateway, index_path, reader
 from hygraph.serve.schemas import ChatRequest, QueryRequest
 from hygraph.serve.tenants import Tenant
-from hygraph.store.registry import DEFAULT_INDEX
+from hygraph.store.registry import DEFAULT_INDEX, NoSuchIndex
 
 router = APIRouter(tags=["questions"])
 
@@ -80,7 +79,7 @@ async def models(who: Principal = Depends(caller), gw: Gateway = Depends(gateway
     for name in set(ids.values()):
         try:
             created[name] = int(await asyncio.to_thread(gw.registry.created, name))
-        except StoreError:  # deleted since it was listed
+        except NoSuchIndex:  # deleted since it was listed
             created[name] = 0
     return {"object": "list", "data": [{"id": model, "object": "model", "created": created[ids[model]],
                                         "owned_by": "hygraph"} for model in sorted(ids)]}
