@@ -34,7 +34,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
-from hygraph.errors import InputError, StoreError
+from hygraph.errors import InputError, StoreError, StoreUnavailable
 from hygraph.store.objects import Objects, is_remote, local_dir_of, open_objects
 from hygraph.store.versions import IndexStore
 
@@ -48,6 +48,8 @@ CATALOG = "catalog/"
 REMOVING = "catalog-deleting/"
 DATA = "indexes/"
 _UUID = re.compile(r"^[0-9a-f]{32}$")
+LOCATION_CACHE_S = 5.0  # how long a service node trusts where a named index on object storage is
+_SEEN_LIMIT = 10_000
 
 
 class IndexExists(InputError):
@@ -117,6 +119,9 @@ class ObjectCatalog:
 
     def __init__(self, uri: str, objects: Objects, cache_dir: str) -> None:
         self.uri, self.objects, self.cache_dir = uri, objects, cache_dir
+        # name -> (time.monotonic() of the read, its location or None): every request to a named index asks
+        # where it is, and a GET per request would cost more than the request's own work on a small index.
+        self._seen: dict[str, tuple[float, str | None]] = {}
 
     def _entry(self, name: str) -> dict[str, Any] | None:
         data = self.objects.get(f"{CATALOG}{name}.json")
@@ -134,8 +139,23 @@ class ObjectCatalog:
         return f"{self.uri}/{DATA}{data}"
 
     def location(self, name: str) -> str | None:
-        entry = self._entry(name)
-        return self._at(entry["data"]) if entry is not None else None
+        """Read again after LOCATION_CACHE_S (another node's create or delete is seen within that), and answered
+        from the last read while the bucket is out of reach."""
+        now = time.monotonic()
+        seen = self._seen.get(name)
+        if seen is not None and now - seen[0] < LOCATION_CACHE_S:
+            return seen[1]
+        try:
+            entry = self._entry(name)
+        except StoreUnavailable:
+            if seen is None:
+                raise
+            return seen[1]
+        found = self._at(entry["data"]) if entry is not None else None
+        if len(self._seen) >= _SEEN_LIMIT:
+            self._seen.clear()
+        self._seen[name] = (now, found)
+        return found
 
     def names(self) -> list[str]:
         found = (k[len(CATALOG):].removesuffix(".json") for k in self.objects.list(CATALOG))
@@ -147,6 +167,7 @@ class ObjectCatalog:
         data = uuid.uuid4().hex
         IndexStore(self._at(data), create=True, cache_dir=self.cache_dir)
         record = json.dumps({"data": data, "created": time.time()}).encode()
+        self._seen.pop(name, None)
         if not self.objects.put_if_absent(f"{CATALOG}{name}.json", record):
             IndexStore(self._at(data), cache_dir=self.cache_dir).purge()  # another create won the name
             raise IndexExists(f"name: an index named '{name}' exists")
@@ -164,6 +185,7 @@ class ObjectCatalog:
             raise NoSuchIndex(f"name: no index named '{name}'")
         # The removal is recorded before the name goes, so a crash in between leaves it to `detached`.
         self.objects.put(f"{REMOVING}{entry['data']}.json", json.dumps({"name": name}).encode())
+        self._seen.pop(name, None)
         if not self.objects.delete(f"{CATALOG}{name}.json"):
             raise NoSuchIndex(f"name: no index named '{name}'")  # a concurrent delete took it first
         return self._at(entry["data"])
