@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import psutil
 
@@ -58,8 +58,11 @@ class RayCluster:
     """A head with 0 CPUs and `workers` nodes of `cpus_per_worker` CPUs each, in private namespaces."""
 
     def __init__(self, workers: int = 2, cpus_per_worker: int = 1, object_store_mb: int = 300,
-                 start_timeout_s: float = 240) -> None:
+                 start_timeout_s: float = 240, node_env: Callable[[int], Mapping[str, str]] | None = None) -> None:
+        """`node_env(i)`: variables worker node i's raylet (and so every worker process on it) gets, e.g. a
+        HOME of its own where nodes must not share a disk cache; `node_env(-1)`: the head's."""
         self.workers, self.cpus, self.object_store_mb = workers, cpus_per_worker, object_store_mb
+        self.node_env = node_env
         self.start_timeout_s = start_timeout_s
         self.address = f"127.0.0.1:{HEAD_PORT}"
         self._token = secrets.token_hex(16)
@@ -93,7 +96,8 @@ class RayCluster:
         self._ray("ip", "link", "set", "lo", "up", exe=True)
         self._ray("start", "--head", "--node-ip-address=127.0.0.1", "--num-cpus=0", f"--port={HEAD_PORT}",
                   f"--temp-dir={self.temp_dir}", "--include-dashboard=false", "--disable-usage-stats",
-                  f"--object-store-memory={self.object_store_mb * 2**20}")
+                  f"--object-store-memory={self.object_store_mb * 2**20}",
+                  env=self.node_env(-1) if self.node_env else None)
         for _ in range(self.workers):
             self.add_worker()
         self.wait_nodes(self.workers)
@@ -104,7 +108,8 @@ class RayCluster:
         self._started += 1
         self._ray("start", f"--address={self.address}", "--node-ip-address=127.0.0.1", f"--num-cpus={self.cpus}",
                   f"--node-manager-port={NODE_MANAGER_PORT + i}", f"--temp-dir={self.temp_dir}",
-                  f"--object-store-memory={self.object_store_mb * 2**20}", "--disable-usage-stats")
+                  f"--object-store-memory={self.object_store_mb * 2**20}", "--disable-usage-stats",
+                  env=self.node_env(i) if self.node_env else None)
         return i
 
     def close(self) -> None:
@@ -204,10 +209,10 @@ class RayCluster:
             return None
         return children[0].pid if children else None
 
-    def _ray(self, *args: str, exe: bool = False) -> None:
+    def _ray(self, *args: str, exe: bool = False, env: Mapping[str, str] | None = None) -> None:
         # A node's workers inherit its environment: this checkout first on their path, as on the driver's.
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-        out = self.run(list(args) if exe else [RAY, *args], env={**os.environ, "PYTHONPATH": path},
+        out = self.run(list(args) if exe else [RAY, *args], env={**os.environ, "PYTHONPATH": path, **(env or {})},
                        timeout=self.start_timeout_s)
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(args[:2])} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
