@@ -418,7 +418,12 @@ def test_self_hosted_overlays_run_minio_for_the_bucket(target):
     [jc] = job["spec"]["template"]["spec"]["containers"]
     values = resolve_env(target, jc["env"])
     assert values["AWS_ENDPOINT_URL"] == store["aws-endpoint-url"]
-    assert {values["INDEX_URI"], values["CORPUS_URI"]} == {store["index-uri"], store["corpus-uri"]}
+    assert values["AWS_DEFAULT_REGION"] == store["aws-default-region"]
+    assert set(values["BUCKETS"].split()) == {parse_s3(store[k])[0] for k in ("index-uri", "corpus-uri")}
+    # MinIO's objects can be applied before the rest (`kubectl apply -l`): they need no ConfigMap of the base
+    assert not any("configMapKeyRef" in e.get("valueFrom", {}) for e in jc["env"] + container["env"])
+    for obj in (svc, sts, job):
+        assert obj["metadata"]["labels"]["app.kubernetes.io/component"] == "object-storage"
     assert values["AWS_ACCESS_KEY_ID"] == f"secret:{S3_SECRET}/access-key-id"
     assert "create_bucket" in jc["args"][0] and "BucketAlreadyOwnedByYou" in jc["args"][0]
     compile(jc["args"][0], "minio-buckets", "exec")
