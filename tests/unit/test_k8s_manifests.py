@@ -129,6 +129,13 @@ def resolve_env(target: str, env: list[dict[str, Any]]) -> dict[str, str | None]
     return out
 
 
+def _corpus_zip(target: str) -> str:
+    """The index Job's corpus zip (CORPUS_ZIP), the job's Ray working_dir."""
+    pod = one(target, "CronJob", "hygraph-index")["spec"]["jobTemplate"]["spec"]["template"]
+    [container] = pod["spec"]["containers"]
+    return next(e["value"] for e in container["env"] if e["name"] == "CORPUS_ZIP")
+
+
 def profile(target: str) -> HygraphConfig:
     return load_config(ROOT / "configs" / PROFILE[target], env={})
 
@@ -378,7 +385,7 @@ def test_no_shared_index_volume(target):
                 assert (target, d["metadata"]["name"]) == ("gpu", "hygraph-models"), d["metadata"]["name"]
     store = store_config(target)
     bucket, prefix = parse_s3(store["index-uri"])
-    corpus_bucket, corpus_key = parse_s3(store["corpus-uri"])
+    corpus_bucket, corpus_key = parse_s3(_corpus_zip(target))
     assert corpus_bucket == bucket and corpus_key.endswith(".zip")  # Ray's working_dir: a remote zip
     assert prefix and not corpus_key.startswith(f"{prefix}/")  # the corpus is not inside the index
     assert ("aws-endpoint-url" in store) is (target != "cloud")  # AWS S3 itself needs none
@@ -419,7 +426,7 @@ def test_self_hosted_overlays_run_minio_for_the_bucket(target):
     values = resolve_env(target, jc["env"])
     assert values["AWS_ENDPOINT_URL"] == store["aws-endpoint-url"]
     assert values["AWS_DEFAULT_REGION"] == store["aws-default-region"]
-    assert set(values["BUCKETS"].split()) == {parse_s3(store[k])[0] for k in ("index-uri", "corpus-uri")}
+    assert set(values["BUCKETS"].split()) == {parse_s3(store["index-uri"])[0], parse_s3(_corpus_zip(target))[0]}
     # MinIO's objects can be applied before the rest (`kubectl apply -l`): they need no ConfigMap of the base
     assert not any("configMapKeyRef" in e.get("valueFrom", {}) for e in jc["env"] + container["env"])
     for obj in (svc, sts, job):
@@ -549,14 +556,14 @@ def test_index_job_submits_hygraph_index_to_the_cluster(target):
     assert env["HYGRAPH_CONFIG"] == f"{CONFIG_MOUNT}/{PROFILE[target]}"
     # the index and the corpus from the bucket the hygraph-store ConfigMap names, like the Ray pods'
     store = store_config(target)
-    assert env["INDEX_DIR"] == store["index-uri"] and env["CORPUS_ZIP"] == store["corpus-uri"]
+    assert env["INDEX_DIR"] == store["index-uri"] and "corpus-uri" not in store  # a new corpus rolls no cluster
     assert env.get("AWS_ENDPOINT_URL") == store.get("aws-endpoint-url")
     assert env["AWS_DEFAULT_REGION"] == store["aws-default-region"]
     for var, key in S3_KEYS_ENV.items():
         assert env[var] == f"secret:{S3_SECRET}/{key}"
     # the corpus zip is the job's working_dir (fetched on every node that runs a task of the job), and
     # the corpus path is relative to it
-    assert words[words.index("--working-dir") + 1] == store["corpus-uri"]
+    assert words[words.index("--working-dir") + 1] == env["CORPUS_ZIP"] == _corpus_zip(target)
     assert not env["CORPUS"].startswith("/") and ".." not in env["CORPUS"]
     # it fails before submitting when the zip is missing; the script is valid bash, its check valid Python
     job_pod = one(target, "CronJob", "hygraph-index")["spec"]["jobTemplate"]["spec"]["template"]
@@ -697,7 +704,7 @@ def test_milvus_keeps_its_storage_in_hygraphs_bucket(target):
     endpoint: the in-cluster MinIO for the self-hosted overlays, the cloud bucket with values-cloud.yaml."""
     store = store_config(target)
     bucket, prefix = parse_s3(store["index-uri"])
-    corpus_prefix = parse_s3(store["corpus-uri"])[1].split("/")[0]
+    corpus_prefix = parse_s3(_corpus_zip(target))[1].split("/")[0]
     for base in ("values-standalone.yaml", "values-cluster.yaml"):
         values = _milvus_values(base, *(["values-cloud.yaml"] if target == "cloud" else []))
         assert values["minio"] == {"enabled": False}  # no second MinIO from the chart
