@@ -3,8 +3,10 @@
     python k8s/serve_configs.py           # regenerate the four files below
     python k8s/serve_configs.py --check   # exit 1 when one of them is out of date
 
-The hygraph files are `hygraph.serve.app.serve_config` of a cluster profile, with the paths the
-pods see (the ConfigMap at /etc/hygraph, the index PVC at /data/index):
+The hygraph files are `hygraph.serve.app.serve_config` of a cluster profile, with the config path the
+pods see (the ConfigMap at /etc/hygraph) and no `index_dir` argument: the application takes the
+profile's `index_dir`, which every Ray pod's HYGRAPH__INDEX_DIR (the hygraph-store ConfigMap's
+s3:// uri, k8s/base/kustomization.yaml) overrides, so one generated file serves every bucket:
 
     k8s/base/serve-config.yaml                configs/k8s.yaml
     k8s/overlays/local/serve-config.yaml      configs/k8s.yaml, deployments shrunk to a 2-CPU worker
@@ -34,7 +36,6 @@ from hygraph.config import HygraphConfig, load_config  # noqa: E402
 from hygraph.serve.app import LLM_APP_NAME, LLM_ROUTE, serve_config  # noqa: E402
 
 CONFIG_DIR = "/etc/hygraph"  # where the hygraph-config ConfigMap is mounted
-INDEX_DIR = "/data/index"  # where the hygraph-data PVC is mounted
 LLM_IMPORT_PATH = "ray.serve.llm:build_openai_app"
 # vLLM replicas of the llm app (one GPU each with tensor_parallel_size 1).
 LLM_AUTOSCALING = {"min_replicas": 1, "max_replicas": 2}
@@ -65,11 +66,19 @@ def llm_application(cfg: HygraphConfig) -> dict[str, Any]:
     }
 
 
+def cluster_serve_config(cfg: HygraphConfig, config_path: str) -> dict[str, Any]:
+    """`serve_config` without `index_dir`: app_builder then uses the profile's, i.e. the pods' HYGRAPH__INDEX_DIR."""
+    doc = serve_config(cfg, config_path, cfg.index_dir)
+    for app in doc["applications"]:
+        del app["args"]["index_dir"]
+    return doc
+
+
 def render(target: str) -> tuple[str, dict[str, Any]]:
     """(source profile, Serve config) for `base`, `local`, `gpu` or `gpu-llm`."""
     if target in ("gpu", "gpu-llm"):
         cfg = load_config(ROOT / "configs" / "gpu.yaml", env={})
-        doc = serve_config(cfg, f"{CONFIG_DIR}/gpu.yaml", INDEX_DIR)
+        doc = cluster_serve_config(cfg, f"{CONFIG_DIR}/gpu.yaml")
         if target == "gpu-llm":
             if cfg.llm.backend != "vllm" or not cfg.llm.vllm_model_source:
                 raise SystemExit("configs/gpu.yaml: the hygraph-llm RayService serves llm.backend vllm "
@@ -78,7 +87,7 @@ def render(target: str) -> tuple[str, dict[str, Any]]:
         return "configs/gpu.yaml", doc
     overrides = {"serve": LOCAL_SERVE} if target == "local" else {}
     cfg = load_config(ROOT / "configs" / "k8s.yaml", env={}, **overrides)
-    return "configs/k8s.yaml", serve_config(cfg, f"{CONFIG_DIR}/k8s.yaml", INDEX_DIR)
+    return "configs/k8s.yaml", cluster_serve_config(cfg, f"{CONFIG_DIR}/k8s.yaml")
 
 
 TARGETS = {"base": ROOT / "k8s" / "base" / "serve-config.yaml",

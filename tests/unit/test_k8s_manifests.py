@@ -1,6 +1,6 @@
 """The Kubernetes deployment (k8s/, configs/k8s.yaml, configs/gpu.yaml) checked without a cluster.
 
-- kustomize renders the base and both overlays (`kustomize build`, or the kustomize built into
+- kustomize renders the base and the three overlays (`kustomize build`, or the kustomize built into
   `kubectl kustomize`; the tests that need it skip, saying so, when neither is on PATH);
 - every core object, and every pod template inside the RayService, passes the Kubernetes JSON
   schema (kubernetes-validate, bundled schemas, strict: unknown fields are errors);
@@ -9,6 +9,9 @@
 - serveConfigV2 is a valid Serve config (ServeDeploySchema), generated from the profiles, and
   its import paths resolve;
 - the index Job's command parses with hygraph's CLI; the PodMonitor finds the metrics ports;
+- the index is in a bucket, never on a shared volume: every Ray pod and the index Job get its s3:// uri,
+  endpoint, region and credentials from one ConfigMap and one Secret, segments are cached on an emptyDir,
+  MinIO (self-hosted overlays) and Milvus's storage use the same endpoint and bucket;
 - every metric on the Grafana dashboard is one hygraph exports.
 
 Nothing here touches the network.
@@ -40,14 +43,20 @@ from hygraph.config import HygraphConfig, load_config
 from hygraph.errors import ConfigError
 from hygraph.serve.app import APP_NAME, IMPORT_PATH, LLM_APP_NAME, LLM_ROUTE, serve_config
 from hygraph.serve.http import api_keys
+from hygraph.store.objects import is_remote, parse_s3
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
-TARGETS = {"base": K8S / "base", "local": K8S / "overlays" / "local", "gpu": K8S / "overlays" / "gpu"}
-PROFILE = {"base": "k8s.yaml", "local": "k8s.yaml", "gpu": "gpu.yaml"}
+TARGETS = {"base": K8S / "base", "local": K8S / "overlays" / "local", "gpu": K8S / "overlays" / "gpu",
+           "cloud": K8S / "overlays" / "cloud"}
+PROFILE = {"base": "k8s.yaml", "local": "k8s.yaml", "gpu": "gpu.yaml", "cloud": "k8s.yaml"}
+MINIO = ("local", "gpu")  # the self-hosted overlays: MinIO in the cluster
 K8S_VERSION = "1.32"  # Kubernetes schema version the core objects are checked against
-CONFIG_MOUNT, INDEX_MOUNT = "/etc/hygraph", "/data/index"
-SECRET = "hygraph-secrets"
+CONFIG_MOUNT, CACHE_MOUNT = "/etc/hygraph", "/cache"
+SECRET, S3_SECRET, STORE_CONFIG = "hygraph-secrets", "hygraph-s3", "hygraph-store"
+# the bucket's variables in every Ray pod and the index Job: (ConfigMap key or Secret key, optional)
+STORE_ENV = {"AWS_ENDPOINT_URL": ("aws-endpoint-url", True), "AWS_DEFAULT_REGION": ("aws-default-region", False)}
+S3_KEYS_ENV = {"AWS_ACCESS_KEY_ID": "access-key-id", "AWS_SECRET_ACCESS_KEY": "secret-access-key"}
 
 # ray.io/v1 fields (KubeRay 1.7, ray-operator/apis/ray/v1): what the API server would prune.
 RAYSERVICE_SPEC = {"rayClusterDeletionDelaySeconds", "serviceUnhealthySecondThreshold",
@@ -94,6 +103,39 @@ def one(target: str, kind: str, name: str | None = None) -> dict[str, Any]:
     return found[0]
 
 
+def store_config(target: str) -> dict[str, str]:
+    """The hygraph-store ConfigMap's data (its name carries kustomize's hash)."""
+    [cm] = [d for d in rendered(target) if d["kind"] == "ConfigMap"
+            and d["metadata"]["name"].startswith(f"{STORE_CONFIG}-")]
+    return cm["data"] | {"name": cm["metadata"]["name"]}
+
+
+def resolve_env(target: str, env: list[dict[str, Any]]) -> dict[str, str | None]:
+    """Container env as values: ConfigMap refs read from the hygraph-store ConfigMap (None for an optional
+    key it lacks), Secret refs as `secret:<name>/<key>`."""
+    store = store_config(target)
+    out: dict[str, str | None] = {}
+    for e in env:
+        if "value" in e:
+            out[e["name"]] = e["value"]
+        elif "configMapKeyRef" in e["valueFrom"]:
+            ref = e["valueFrom"]["configMapKeyRef"]
+            assert ref["name"] == store["name"], e
+            assert ref["key"] in store or ref.get("optional"), f"{target}: {ref['key']} is not in {STORE_CONFIG}"
+            out[e["name"]] = store.get(ref["key"])
+        else:
+            ref = e["valueFrom"]["secretKeyRef"]
+            out[e["name"]] = f"secret:{ref['name']}/{ref['key']}"
+    return out
+
+
+def _corpus_zip(target: str) -> str:
+    """The index Job's corpus zip (CORPUS_ZIP), the job's Ray working_dir."""
+    pod = one(target, "CronJob", "hygraph-index")["spec"]["jobTemplate"]["spec"]["template"]
+    [container] = pod["spec"]["containers"]
+    return next(e["value"] for e in container["env"] if e["name"] == "CORPUS_ZIP")
+
+
 def profile(target: str) -> HygraphConfig:
     return load_config(ROOT / "configs" / PROFILE[target], env={})
 
@@ -125,7 +167,10 @@ def generator_module() -> Any:
 def test_cluster_profiles_load_and_require_api_keys(name):
     cfg = load_config(ROOT / "configs" / name, env={})
     assert cfg.profile not in ("local", "")
-    assert cfg.ray.address == "auto" and cfg.index_dir == INDEX_MOUNT
+    assert cfg.ray.address == "auto" and is_remote(cfg.index_dir)
+    parse_s3(cfg.index_dir)
+    # the node-local side of the bucket is the pods' `cache` emptyDir
+    assert Path(cfg.store.cache_dir).is_relative_to(CACHE_MOUNT) and cfg.store.cache_bytes > 0
     assert cfg.vector_store.backend == "milvus" and cfg.vector_store.uri == "http://milvus:19530"
     assert cfg.serve.host == "0.0.0.0" and cfg.serve.metrics_port == 8080
     assert cfg.serve.api_keys == [] and cfg.serve.api_keys_env == "HYGRAPH_API_KEYS"
@@ -165,10 +210,14 @@ def test_generated_serve_configs_are_up_to_date():
 def test_renders_the_expected_objects(target):
     objs = rendered(target)
     kinds = sorted(d["kind"] for d in objs)
-    expected = ["ConfigMap", "ConfigMap", "CronJob", "Ingress", "Namespace", "PersistentVolumeClaim", "PodMonitor",
+    expected = ["ConfigMap", "ConfigMap", "ConfigMap", "CronJob", "Ingress", "Namespace", "PodMonitor",
                 "RayService", "Service"]
+    if target in MINIO:  # MinIO, its Service and the Job that makes the bucket
+        expected += ["StatefulSet", "Service", "Job"]
     if target == "gpu":  # the models volume and vLLM's own RayService
         expected += ["PersistentVolumeClaim", "RayService"]
+    if target == "cloud":  # the bucket role's ServiceAccount (IRSA)
+        expected += ["ServiceAccount"]
     assert kinds == sorted(expected)
     for d in objs:
         if d["kind"] != "Namespace":
@@ -266,31 +315,136 @@ def test_worker_groups_per_overlay(target):
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_ray_pods_get_config_index_and_secrets(target):
     cfg = profile(target)
+    store = store_config(target)
     rs = one(target, "RayService", "hygraph")
     cm = one(target, "ConfigMap", next(d["metadata"]["name"] for d in rendered(target)
                                        if d["metadata"]["name"].startswith("hygraph-config-")))
     for name in ("k8s.yaml", "gpu.yaml"):
         assert cm["data"][name] == (ROOT / "configs" / name).read_text()
-    pvc = one(target, "PersistentVolumeClaim", "hygraph-data")
-    assert pvc["spec"]["accessModes"] == (["ReadWriteOnce"] if target == "local" else ["ReadWriteMany"])
     for group, g in ray_groups(rs):
         pod = g["template"]["spec"]
         volumes = {v["name"]: v for v in pod["volumes"]}
         [container] = pod["containers"]
         mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
         assert volumes[mounts[CONFIG_MOUNT]["name"]]["configMap"]["name"] == cm["metadata"]["name"], group
-        data = volumes[mounts[INDEX_MOUNT]["name"]]["persistentVolumeClaim"]["claimName"]
-        assert data == "hygraph-data", group
         env = {e["name"]: e for e in container["env"]}
-        refs = {n: e["valueFrom"]["secretKeyRef"] for n, e in env.items() if "valueFrom" in e}
+        values = resolve_env(target, container["env"])
+        refs = {n: e["valueFrom"]["secretKeyRef"] for n, e in env.items() if "secretKeyRef" in e.get("valueFrom", {})}
         assert set(refs) == {"HYGRAPH__VECTOR_STORE__URI", cfg.vector_store.token_env, cfg.serve.api_keys_env,
-                             cfg.serve.admin_keys_env}
-        assert all(r["name"] == SECRET for r in refs.values())
+                             cfg.serve.admin_keys_env, *S3_KEYS_ENV}
+        assert all(r["name"] == SECRET for n, r in refs.items() if n not in S3_KEYS_ENV)
+        # the bucket: uri, endpoint and region from the one ConfigMap, keys from the hygraph-s3 Secret
+        # (optional: IRSA / workload identity), all read by the profile and boto3 as documented
+        assert values["HYGRAPH__INDEX_DIR"] == store["index-uri"], group
+        for var, (key, optional) in STORE_ENV.items():
+            assert env[var]["valueFrom"]["configMapKeyRef"]["key"] == key
+            assert env[var]["valueFrom"]["configMapKeyRef"].get("optional", False) is optional
+        for var, key in S3_KEYS_ENV.items():
+            assert refs[var] == {"name": S3_SECRET, "key": key, "optional": True}, group
+        pod_cfg = load_config(ROOT / "configs" / PROFILE[target],
+                              env={k: v for k, v in values.items() if k.startswith("HYGRAPH__STORE__")
+                                   or k == "HYGRAPH__INDEX_DIR"})
+        assert pod_cfg.index_dir == store["index-uri"] and is_remote(pod_cfg.index_dir)
+        # the segment cache: an emptyDir at store.cache_dir, larger than store.cache_bytes (it also holds the
+        # derived structures and build checkpoints; a pod whose emptyDir outgrows its sizeLimit is evicted)
+        cache = volumes[mounts[CACHE_MOUNT]["name"]]
+        assert set(cache) == {"name", "emptyDir"} and "medium" not in cache["emptyDir"], group
+        assert Path(pod_cfg.store.cache_dir).is_relative_to(CACHE_MOUNT)
+        limit = _quantity(cache["emptyDir"]["sizeLimit"])
+        assert pod_cfg.store.cache_bytes * 1.2 <= limit <= pod_cfg.store.cache_bytes * 4, group
+        assert not any("persistentVolumeClaim" in v and v["persistentVolumeClaim"]["claimName"] != "hygraph-models"
+                       for v in volumes.values()), group
         assert env["HF_HUB_OFFLINE"]["value"] == "1"
         if target == "gpu":
             assert mounts["/models"]["readOnly"] and env["HF_HOME"]["value"].startswith("/models/")
             claim = volumes[mounts["/models"]["name"]]["persistentVolumeClaim"]["claimName"]
             one(target, "PersistentVolumeClaim", claim)
+        if target == "cloud":
+            assert pod["serviceAccountName"] == one(target, "ServiceAccount")["metadata"]["name"]
+
+
+def _quantity(q: str) -> int:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    m = re.fullmatch(r"(\d+)([KMGT]i?)?", q)
+    assert m, q
+    return int(m.group(1)) * units.get(m.group(2) or "", 1)
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_no_shared_index_volume(target):
+    """The index is in the bucket: no hygraph-data claim, and no ReadWriteMany volume but the gpu overlay's
+    read-only model weights."""
+    objs = rendered(target)
+    names = {d["metadata"]["name"] for d in objs}
+    assert "hygraph-data" not in names and "hygraph-data" not in json.dumps(objs)
+    for d in objs:
+        claims = ([d["spec"]] if d["kind"] == "PersistentVolumeClaim" else
+                  [c["spec"] for c in d["spec"].get("volumeClaimTemplates", [])] if d["kind"] == "StatefulSet" else [])
+        for spec in claims:
+            if "ReadWriteMany" in spec["accessModes"]:
+                assert (target, d["metadata"]["name"]) == ("gpu", "hygraph-models"), d["metadata"]["name"]
+    store = store_config(target)
+    bucket, prefix = parse_s3(store["index-uri"])
+    corpus_bucket, corpus_key = parse_s3(_corpus_zip(target))
+    assert corpus_bucket == bucket and corpus_key.endswith(".zip")  # Ray's working_dir: a remote zip
+    assert prefix and not corpus_key.startswith(f"{prefix}/")  # the corpus is not inside the index
+    assert ("aws-endpoint-url" in store) is (target != "cloud")  # AWS S3 itself needs none
+    if "aws-endpoint-url" in store:
+        url = urlsplit(store["aws-endpoint-url"])
+        assert url.scheme in ("http", "https") and url.hostname not in ("localhost", "127.0.0.1", "::1")
+
+
+@pytest.mark.parametrize("target", MINIO)
+def test_self_hosted_overlays_run_minio_for_the_bucket(target):
+    store = store_config(target)
+    endpoint = urlsplit(store["aws-endpoint-url"])
+    svc = one(target, "Service", "minio")
+    sts = one(target, "StatefulSet", "minio")
+    ns = sts["metadata"]["namespace"]
+    # the endpoint is the MinIO Service by its cluster DNS name, on the Service's api port
+    assert endpoint.hostname in (svc["metadata"]["name"], f"{svc['metadata']['name']}.{ns}.svc",
+                                 f"{svc['metadata']['name']}.{ns}.svc.cluster.local")
+    api = next(p for p in svc["spec"]["ports"] if p["name"] == "api")
+    assert endpoint.port == api["port"] and svc["spec"]["type"] == "ClusterIP"
+    pod = sts["spec"]["template"]
+    assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    [container] = pod["spec"]["containers"]
+    assert {"name": api["targetPort"], "containerPort": api["port"]} in container["ports"]
+    assert container["image"].split(":")[0].endswith("minio/minio")
+    # its root credentials are the keys hygraph signs with
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    assert env == {"MINIO_ROOT_USER": {"name": S3_SECRET, "key": S3_KEYS_ENV["AWS_ACCESS_KEY_ID"]},
+                   "MINIO_ROOT_PASSWORD": {"name": S3_SECRET, "key": S3_KEYS_ENV["AWS_SECRET_ACCESS_KEY"]}}
+    # one ReadWriteOnce volume, mounted where the server keeps its data
+    [claim] = sts["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    data_dir = container["args"][container["args"].index("server") + 1]
+    assert {"name": claim["metadata"]["name"], "mountPath": data_dir} in container["volumeMounts"]
+    # the bucket Job makes the buckets the ConfigMap names, at the same endpoint with the same keys
+    job = one(target, "Job", "minio-buckets")
+    [jc] = job["spec"]["template"]["spec"]["containers"]
+    values = resolve_env(target, jc["env"])
+    assert values["AWS_ENDPOINT_URL"] == store["aws-endpoint-url"]
+    assert values["AWS_DEFAULT_REGION"] == store["aws-default-region"]
+    assert set(values["BUCKETS"].split()) == {parse_s3(store["index-uri"])[0], parse_s3(_corpus_zip(target))[0]}
+    # MinIO's objects can be applied before the rest (`kubectl apply -l`): they need no ConfigMap of the base
+    assert not any("configMapKeyRef" in e.get("valueFrom", {}) for e in jc["env"] + container["env"])
+    for obj in (svc, sts, job):
+        assert obj["metadata"]["labels"]["app.kubernetes.io/component"] == "object-storage"
+    assert values["AWS_ACCESS_KEY_ID"] == f"secret:{S3_SECRET}/access-key-id"
+    assert "create_bucket" in jc["args"][0] and "BucketAlreadyOwnedByYou" in jc["args"][0]
+    compile(jc["args"][0], "minio-buckets", "exec")
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0  # re-applying after a change makes a new Job
+
+
+def test_cloud_overlay_has_no_minio_and_an_irsa_service_account():
+    kinds = {d["kind"] for d in rendered("cloud")}
+    assert "StatefulSet" not in kinds and "Job" not in kinds
+    sa = one("cloud", "ServiceAccount", "hygraph")
+    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+    cj = one("cloud", "CronJob", "hygraph-index")
+    assert cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    assert store_config("cloud")["index-uri"] != store_config("base")["index-uri"]
 
 
 # ---------------------------------------------------------------------------------------- serveConfigV2
@@ -303,7 +457,8 @@ def test_serve_config_v2_is_a_serve_config_for_this_profile(target):
     assert APP_NAME in apps
     overrides = {"serve": generator_module().LOCAL_SERVE} if target == "local" else {}
     cfg = load_config(ROOT / "configs" / PROFILE[target], env={}, **overrides)
-    want = serve_config(cfg, f"{CONFIG_MOUNT}/{PROFILE[target]}", INDEX_MOUNT)["applications"][0]
+    want = serve_config(cfg, f"{CONFIG_MOUNT}/{PROFILE[target]}", cfg.index_dir)["applications"][0]
+    del want["args"]["index_dir"]  # the pods' HYGRAPH__INDEX_DIR names the bucket (app_builder reads the profile)
     [got] = [a for a in doc["applications"] if a["name"] == APP_NAME]
     assert got == want
     assert doc["http_options"] == {"host": "0.0.0.0", "port": 8000}
@@ -311,7 +466,7 @@ def test_serve_config_v2_is_a_serve_config_for_this_profile(target):
     module, attr = got["import_path"].split(":")
     assert got["import_path"] == IMPORT_PATH and callable(getattr(importlib.import_module(module), attr))
     assert got["args"]["config"] == f"{CONFIG_MOUNT}/{PROFILE[target]}"
-    assert got["args"]["index_dir"] == INDEX_MOUNT
+    assert "index_dir" not in got["args"]
     replicas_cpus = sum(d["ray_actor_options"]["num_cpus"] * d["autoscaling_config"]["min_replicas"]
                         for d in got["deployments"])
     if target == "local":  # the minimum fits the local overlay's one 2-CPU worker
@@ -375,7 +530,7 @@ def _job_command(target: str) -> tuple[dict[str, str], list[str]]:
     cj = one(target, "CronJob", "hygraph-index")
     assert cj["spec"]["suspend"] is True  # only ever run as `kubectl create job --from=cronjob/...`
     [container] = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {k: v for k, v in resolve_env(target, container["env"]).items() if v is not None}
     script = container["args"][0]
     submit = script[script.index("exec ray job submit"):]
     words = shlex.split(re.sub(r"\\\n", " ", submit), posix=True)
@@ -390,7 +545,7 @@ def test_index_job_submits_hygraph_index_to_the_cluster(target):
     env, words = _job_command(target)
     # the dashboard Service selects the head pod's dashboard port (KubeRay's head-svc only
     # exists once the Serve apps run, which needs an index first)
-    svc = one(target, "Service")
+    svc = one(target, "Service", "hygraph-ray-dashboard")
     assert env["RAY_DASHBOARD"] == f"http://{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
     head = one(target, "RayService", "hygraph")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]
     assert svc["spec"]["selector"].items() <= head["metadata"]["labels"].items()
@@ -399,7 +554,25 @@ def test_index_job_submits_hygraph_index_to_the_cluster(target):
     workers = one(target, "RayService", "hygraph")["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     assert all(not svc["spec"]["selector"].items() <= g["template"]["metadata"]["labels"].items() for g in workers)
     assert env["HYGRAPH_CONFIG"] == f"{CONFIG_MOUNT}/{PROFILE[target]}"
-    assert env["INDEX_DIR"] == INDEX_MOUNT and env["CORPUS"].startswith("/data/corpus/")
+    # the index and the corpus from the bucket the hygraph-store ConfigMap names, like the Ray pods'
+    store = store_config(target)
+    assert env["INDEX_DIR"] == store["index-uri"] and "corpus-uri" not in store  # a new corpus rolls no cluster
+    assert env.get("AWS_ENDPOINT_URL") == store.get("aws-endpoint-url")
+    assert env["AWS_DEFAULT_REGION"] == store["aws-default-region"]
+    for var, key in S3_KEYS_ENV.items():
+        assert env[var] == f"secret:{S3_SECRET}/{key}"
+    # the corpus zip is the job's working_dir (fetched on every node that runs a task of the job), and
+    # the corpus path is relative to it
+    assert words[words.index("--working-dir") + 1] == env["CORPUS_ZIP"] == _corpus_zip(target)
+    assert not env["CORPUS"].startswith("/") and ".." not in env["CORPUS"]
+    # it fails before submitting when the zip is missing; the script is valid bash, its check valid Python
+    job_pod = one(target, "CronJob", "hygraph-index")["spec"]["jobTemplate"]["spec"]["template"]
+    [container] = job_pod["spec"]["containers"]
+    script = container["args"][0]
+    assert subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True).returncode == 0
+    check = re.search(r"<<'PY'\n(.*?)\nPY\n", script, re.S).group(1)
+    assert "head_object" in check and "CORPUS_ZIP" in check
+    compile(check, "index-job check", "exec")
     assert words[:3] == ["exec", "ray", "job"] and "--entrypoint-num-gpus" in words
     # The driver reserves no GPU: the build's assembler actor asks for its own (indexing.assembler_num_gpus).
     assert words[words.index("--entrypoint-num-gpus") + 1] == "0"
@@ -408,7 +581,7 @@ def test_index_job_submits_hygraph_index_to_the_cluster(target):
     assert entry[0] == "hygraph"
     args = _parser().parse_args(entry[1:])
     assert args.command == "index" and args.config == env["HYGRAPH_CONFIG"]
-    assert args.index_dir == INDEX_MOUNT and args.corpus == env["CORPUS"]
+    assert args.index_dir == store["index-uri"] and args.corpus == env["CORPUS"]
     # the build-only overrides are valid keys of the profile
     load_config(ROOT / "configs" / PROFILE[target], env=runtime_env.get("env_vars", {}))
 
@@ -510,6 +683,44 @@ def test_milvus_values_match_the_profiles_uri():
             port = values.get("service", {}).get("port", 19530)
             assert uri == f"http://{service}:{port}"
             assert "authorizationEnabled: true" in values["extraConfigFiles"]["user.yaml"]
+
+
+def _milvus_values(*names: str) -> dict[str, Any]:
+    """The chart values of `helm -f a -f b`: later files win, maps merged key by key."""
+    def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        return out
+    values: dict[str, Any] = {}
+    for name in names:
+        values = merge(values, yaml.safe_load((K8S / "milvus" / name).read_text()))
+    return values
+
+
+@pytest.mark.parametrize("target", ["local", "gpu", "cloud"])
+def test_milvus_keeps_its_storage_in_hygraphs_bucket(target):
+    """Milvus's segments and binlogs go to the bucket hygraph's index is in (its own prefix), at the same
+    endpoint: the in-cluster MinIO for the self-hosted overlays, the cloud bucket with values-cloud.yaml."""
+    store = store_config(target)
+    bucket, prefix = parse_s3(store["index-uri"])
+    corpus_prefix = parse_s3(_corpus_zip(target))[1].split("/")[0]
+    for base in ("values-standalone.yaml", "values-cluster.yaml"):
+        values = _milvus_values(base, *(["values-cloud.yaml"] if target == "cloud" else []))
+        assert values["minio"] == {"enabled": False}  # no second MinIO from the chart
+        s3 = values["externalS3"]
+        assert s3["enabled"] is True and s3["bucketName"] == bucket
+        assert s3["rootPath"] not in (prefix.split("/")[0], corpus_prefix)
+        assert s3["region"] == store["aws-default-region"]
+        assert "accessKey" not in s3 and "secretKey" not in s3  # keys come from the Secret at install
+        if target == "cloud":
+            assert "aws-endpoint-url" not in store
+            assert s3["useIAM"] is True and s3["useSSL"] is True and int(s3["port"]) == 443
+            assert s3["host"] == f"s3.{store['aws-default-region']}.amazonaws.com"
+        else:
+            endpoint = urlsplit(store["aws-endpoint-url"])
+            assert (s3["host"], int(s3["port"])) == (endpoint.hostname, endpoint.port)
+            assert s3["useSSL"] is (endpoint.scheme == "https") and s3["useIAM"] is False
 
 
 def test_image_builds_cpu_and_gpu_variants_offline_at_run_time():
