@@ -158,6 +158,8 @@ class VersionWriter:
         return manifest
 
 
+_SIZES_KEPT = 100_000  # segment sizes an IndexStore remembers
+
 def _manifest_key(version: int) -> str:
     return f"versions/{version:06d}.json"
 
@@ -185,6 +187,7 @@ class IndexStore:
     def __init__(self, index_dir: str | os.PathLike[str], create: bool = False, cache_dir: str = "",
                  cache_bytes: int = DEFAULT_CACHE_BYTES, lease_s: float = lease.DEFAULT_TERM_S) -> None:
         self.objects: Objects = open_objects(index_dir, cache_dir, cache_bytes, create=create)
+        self._segment_sizes: dict[tuple[str, str], int] = {}
         self.uri = self.objects.uri
         self.lease_s = lease_s
         self.derived_dir = self.objects.local_dir / "derived"  # this node's read structures (store/derived.py)
@@ -398,8 +401,17 @@ class IndexStore:
         return len(keys) + 1
 
     def segment_bytes(self, artifact: str, segment: str) -> int:
-        return sum(self.objects.size(f"segments/{artifact}/{segment}{suffix}") or 0
-                   for suffix in (".arrow", ".keys.npy", ".dead.arrow"))
+        """A committed segment's bytes, asked once: a segment never changes, and on object storage each of its
+        files is a HEAD request (compaction's check asks for every segment of every artifact)."""
+        key = (artifact, segment)
+        found = self._segment_sizes.get(key)
+        if found is None:
+            found = sum(self.objects.size(f"segments/{artifact}/{segment}{suffix}") or 0
+                        for suffix in (".arrow", ".keys.npy", ".dead.arrow"))
+            if len(self._segment_sizes) >= _SIZES_KEPT:
+                self._segment_sizes.clear()
+            self._segment_sizes[key] = found
+        return found
 
     def size_bytes(self, version: int | None = None) -> int:
         """Bytes of the segments one version references (what a reader of it maps)."""

@@ -153,6 +153,8 @@ class OnlineUpdater:
 
             self.updater = IndexUpdater(self.cfg, self.index_dir)
         defer = self.cfg.updates.defer_summaries_s > 0
+        if self.updater.compactor.overdue() and self._compact():
+            return True  # a steady stream of writes would otherwise pile up deltas without end
         # Batches, document slices and overdue summary slices take turns; fresh summaries wait for an idle journal.
         result = self.updater.write_step(defer, summaries_due=defer) or self.updater.summarize_slice()
         if result is not None:
@@ -178,13 +180,16 @@ class OnlineUpdater:
             self.step_seconds.observe(s)
         if seconds:
             return True
+        return self._compact()
+
+    def _compact(self) -> bool:
         compacted = self.updater.compactor.compact()
-        if compacted is not None:
-            self.last_result = compacted
-            self.steps.inc(tags={"kind": "compacted"})
-            self.version.set(compacted["version"])
-            return True
-        return False
+        if compacted is None:
+            return False
+        self.last_result = compacted
+        self.steps.inc(tags={"kind": "compacted"})
+        self.version.set(compacted["version"])
+        return True
 
     def observe(self, subgraph: dict[str, Any], query_vec: Any) -> None:
         """Fire and forget from the Retriever: one `hyperbolic` query's implicit subgraph."""

@@ -1,5 +1,8 @@
 """Compaction: when the journal is idle, an artifact whose delta segments grew too many or too large is
-rewritten as fewer segments, in a version of its own with the same content."""
+rewritten as fewer segments, in a version of its own with the same content. Under a steady stream of writes
+the journal is never idle: once an artifact has OVERDUE_FACTOR times `updates.compact_max_segments` deltas,
+compaction takes a turn between two batches (every read of a key looks through the deltas, and a stream of
+200 writes left 68 of them: docs/bench/s3_cluster.md)."""
 
 from __future__ import annotations
 
@@ -11,15 +14,27 @@ from typing import Any
 from hygraph.config import HygraphConfig
 from hygraph.indexing.update import LiveIndex
 from hygraph.store.artifacts import ARTIFACTS
+from hygraph.store.manifest import Manifest
 from hygraph.updater.publishing import Publisher
 
 log = logging.getLogger("hygraph.updater")
+OVERDUE_FACTOR = 4
+
+
+def overdue(manifest: Manifest, max_segments: int) -> bool:
+    """Whether some artifact has so many delta segments that compaction should not wait for an idle journal."""
+    return any(len(ref.segments) - 1 > OVERDUE_FACTOR * max_segments for ref in manifest.tables.values())
 
 
 class Compactor:
     def __init__(self, cfg: HygraphConfig, publisher: Publisher) -> None:
         self.cfg, self.publisher = cfg, publisher
         self.compactions = 0
+
+    def overdue(self) -> bool:
+        """Whether the published version's deltas are past the overdue bound (read from the loaded version)."""
+        live = self.publisher.live
+        return live is not None and overdue(live.version.manifest, self.cfg.updates.compact_max_segments)
 
     def compact(self) -> dict[str, Any] | None:
         """Rewrite, as a version with the same content, the artifacts with more than

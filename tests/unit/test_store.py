@@ -227,3 +227,27 @@ def test_a_reader_that_may_not_write_its_lease_serves_without_one(tmp_path, monk
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
     assert "gc_grace_s" in caplog.records[0].message and lease.served_versions(store.objects) == set()
     reader.release()
+
+
+def test_compaction_is_overdue_only_past_its_factor_of_the_delta_bound():
+    from hygraph.store.manifest import TableRef
+    from hygraph.updater.compaction import OVERDUE_FACTOR, overdue
+
+    def manifest(deltas: int) -> Manifest:
+        return Manifest(tables={"chunks": TableRef(["base"] + [f"d{i}" for i in range(deltas)], 10),
+                                "documents": TableRef(["base"], 3)})
+
+    assert not overdue(manifest(OVERDUE_FACTOR * 8), max_segments=8)
+    assert overdue(manifest(OVERDUE_FACTOR * 8 + 1), max_segments=8)
+    assert not overdue(Manifest(), max_segments=8)
+
+
+def test_segment_sizes_are_asked_of_the_store_once(tmp_path):
+    store = IndexStore(tmp_path / "idx", create=True)
+    (tmp_path / "idx" / "segments" / "chunks").mkdir(parents=True)
+    (tmp_path / "idx" / "segments" / "chunks" / "000001-0.arrow").write_bytes(b"x" * 10)
+    asked = []
+    size = store.objects.size
+    store.objects.size = lambda key: asked.append(key) or size(key)  # type: ignore[method-assign]
+    assert store.segment_bytes("chunks", "000001-0") == 10 and len(asked) == 3
+    assert store.segment_bytes("chunks", "000001-0") == 10 and len(asked) == 3  # immutable: not asked again
