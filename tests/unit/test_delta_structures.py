@@ -148,13 +148,15 @@ class Corpus:
             title, chunks = self.docs[key]
             return DocumentRow(key, title, f"text {key}", tuple(chunks))
         if artifact == "chunks":
-            return ChunkRow(key, self.chunk_doc[key], 0, self.chunk_text[key], 1, "", (), (), (), np.zeros(2, np.float32))
+            return ChunkRow(key, self.chunk_doc[key], 0, self.chunk_text[key], 1, "", (), (), (),
+                            np.zeros(2, np.float32))
         if artifact == "lexical_chunks":
             return _postings(key, self.chunk_text[key])
         if artifact == "lexical_entities":
             return _postings(key, key)
         if artifact == "entities":
-            return EntityRow(key, key, "NAME", "", 0.5, (), (), (), (key,), np.ones(1, np.int64), np.zeros(2, np.float32))
+            return EntityRow(key, key, "NAME", "", 0.5, (), (), (), (key,), np.ones(1, np.int64),
+                             np.zeros(2, np.float32))
         if artifact == "relations":
             h, t = self.relations[key]
             return RelationRow(key, h, "rel", t, 1.0, ())
@@ -192,25 +194,23 @@ def _same(version: Version, patched: derived.Derived, full: derived.Derived) -> 
     for name in ("chunk_lexical", "entity_lexical"):
         a, b = getattr(p, name), getattr(f, name)
         assert list(a.ids) == list(b.ids), name
-        assert sorted(a.terms) == sorted(b.terms), name
-        for t in b.terms:  # each term's postings, hence every query's scores, equal
-            ja, jb = a.term_index[t], b.term_index[t]
-            ca, cb = a.postings[:, ja].toarray().ravel(), b.postings[:, jb].toarray().ravel()
-            assert np.array_equal(ca, cb), (name, t)
-            assert a.scores([t]).tolist() == b.scores([t]).tolist()
-        assert a.scores(list(b.terms)).tolist() == b.scores(list(b.terms)).tolist()
+        assert len(a.terms) == len(b.terms) and len(set(a.terms)) == len(a.terms), name
+        perm = np.asarray([a.term_index[t] for t in b.terms], np.int64)  # KeyError: a term is missing
+        assert [a.terms[j] for j in perm[:50]] == list(b.terms[:50])
+        # Each term's postings, idf and each document's length norm equal: so does every query's score.
+        assert (a.postings[:, perm] != b.postings).nnz == 0, name
+        assert np.array_equal(a.idf[perm], b.idf) and np.array_equal(a._length_norm, b._length_norm), name
+        probe = list(b.terms[:: max(1, len(b.terms) // 20)])
+        assert a.scores(probe).tolist() == b.scores(probe).tolist()
+        assert a.top_k(probe, 5) == b.top_k(probe, 5)
         assert "nope" not in a.term_index
-        assert np.array_equal(a.postings.indptr[-1:], b.postings.indptr[-1:])
     ga, gb = p.graph, f.graph
     assert list(ga.chunk_ids) == list(gb.chunk_ids)
     assert list(ga.entity_ids) == list(gb.entity_ids)
     assert list(ga.hyperedge_ids) == list(gb.hyperedge_ids)
-    for i, node in enumerate(gb.node_ids):
-        assert ga.node_index[node] == i
+    for i, node in enumerate(gb.node_ids[:: max(1, gb.n_nodes // 2000)]):
+        assert ga.node_index[node] == gb.node_index[node]
     assert (ga.adjacency != gb.adjacency).nnz == 0
-    for m in (ga.adjacency, p.walk.matrix):
-        assert m.has_sorted_indices or all(np.all(np.diff(m.indices[m.indptr[i]:m.indptr[i + 1]]) > 0)
-                                           for i in range(m.shape[0]))
     assert np.array_equal(ga.adjacency.indices, gb.adjacency.indices)
     assert np.array_equal(ga.adjacency.indptr, gb.adjacency.indptr)
     assert list(ga.relation_ids) == list(gb.relation_ids)
