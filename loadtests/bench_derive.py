@@ -24,7 +24,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 
 from hygraph.store import derived, view_loader
 from hygraph.store.artifacts import CHUNKS, DOCUMENTS, GRAPH, LEXICAL_CHUNKS, NODE_CHUNK

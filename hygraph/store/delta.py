@@ -237,8 +237,7 @@ class _Change:
         return list(keys)
 
     def base_table(self, artifact: Artifact[Any]) -> Table[Any]:
-        names = self.base_tables[artifact.name]
-        return Table(artifact, self.store.segment_source(artifact.name), names, 0)
+        return self.version.table(artifact).prefix(len(self.base_tables[artifact.name]))
 
     def base_rows(self, artifact: Artifact[Any], keys: Sequence[str], prov: np.ndarray) -> np.ndarray:
         """The base's row numbers (in its derived order, `prov` its provenance) of those of `keys` it held."""
@@ -258,7 +257,10 @@ class _Change:
     def rows(self, artifact: Artifact[Any], columns: Sequence[str]) -> tuple[list[pa.Array], np.ndarray]:
         """The live rows of the new segments (after the base's rows in the version's order), with provenance."""
         first = len(self.base_tables[artifact.name])
-        table = Table(artifact, self.store.segment_source(artifact.name), self.new[artifact.name], 0)
+        whole = self.version.table(artifact)
+        table = whole.prefix(len(whole.segments))
+        table.segments_names, table.segments = whole.segments_names[first:], whole.segments[first:]
+        table._newest_first = table.segments[::-1]
         schema = artifact.schema(self.version.manifest.dims)
         batches = list(table.batches_at(columns))
         prov = np.concatenate([provenance(first + at, start, b.num_rows) for at, start, b in batches]
@@ -342,7 +344,8 @@ class _Nodes:
         n_old = nc + ne + nh
         self.n_old = n_old
         touched = ch.touched(GRAPH)
-        gone = np.asarray([p for k in touched if (p := self.index.get(k)) is not None], np.int64)
+        touched_rows = find_rows(self.index, touched)
+        gone = touched_rows[touched_rows >= 0]
         (ids, kinds, neighbours), _ = ch.rows(GRAPH, ("id", "kind", "neighbours"))
         self.ids = ids.to_pylist()
         self.kinds = kinds.to_pylist()
@@ -385,13 +388,27 @@ class _Nodes:
         self.n = start
         self.new_pos = new_pos  # base position -> version position, -1 where the base row went
         ref = new_pos.copy()  # ... and where a new row replaced it, the new row's position
-        for k in touched:
-            p = self.index.get(k)
-            if p is not None and k in self.delta_pos:
+        for k, p in zip(touched, touched_rows.tolist()):
+            if p >= 0 and k in self.delta_pos:
                 ref[p] = self.delta_pos[k]
         self.ref = ref
         self.order = np.concatenate(order_parts) if order_parts else np.zeros(0, np.int64)
         self.new_strings = new_strings
+
+    def positions(self, names: Sequence[str]) -> np.ndarray:
+        """`position` of many ids at once (-1: none): one search of the base's hashes for all of them."""
+        out = np.full(len(names), -1, np.int64)
+        rest = []
+        for i, x in enumerate(names):
+            p = self.delta_pos.get(x)
+            if p is not None:
+                out[i] = p
+            else:
+                rest.append(i)
+        if rest:
+            rows = find_rows(self.index, [names[i] for i in rest])
+            out[rest] = np.where(rows >= 0, self.ref[rows], -1)
+        return out
 
     def position(self, node: str) -> int | None:
         p = self.delta_pos.get(node)
@@ -406,6 +423,25 @@ class _Nodes:
         return np.repeat(np.arange(3, dtype=np.int8), self.sizes)
 
 
+def find_rows(index: derived.StringIndex, names: Sequence[str]) -> np.ndarray:
+    """The row of each name in a mapped string index (-1: absent), with one search for all of them."""
+    out = np.full(len(names), -1, np.int64)
+    if not names:
+        return out
+    h = np.fromiter((key_hash(x) for x in names), np.int64, len(names))
+    hs, rows, strings = index.hashes, index.rows, index.strings
+    at = np.searchsorted(hs, h).tolist()
+    for i, (k, a) in enumerate(zip(h.tolist(), at)):
+        raw = None
+        while a < len(hs) and hs[a] == k:
+            raw = raw if raw is not None else names[i].encode("utf-8")
+            if strings.equals(int(rows[a]), raw):
+                out[i] = rows[a]
+                break
+            a += 1
+    return out
+
+
 def _graph(b: derived.Derived, ch: _Change, arrays: dict[str, np.ndarray], strings: dict[str, Any]) -> None:
     if not int(b.array("graph.symmetric")[0]):
         raise _Refuse("the base's neighbour lists are not symmetric")
@@ -417,10 +453,9 @@ def _graph(b: derived.Derived, ch: _Change, arrays: dict[str, np.ndarray], strin
     listed: set[tuple[int, int]] = set()
     for node, nbrs in zip(nodes.ids, nodes.lists):
         u = nodes.delta_pos[node]
-        pos = [nodes.position(x) for x in nbrs]
-        if any(p is None for p in pos) or len(set(nbrs)) != len(nbrs) or node in nbrs:
+        idx = np.sort(nodes.positions(nbrs))
+        if (idx < 0).any() or len(set(nbrs)) != len(nbrs) or node in nbrs:
             raise _Refuse(f"graph row {node!r}: an unknown, repeated or own neighbour")
-        idx = np.sort(np.asarray(pos, np.int64))
         fresh[u] = (idx, np.ones(len(idx), np.float32))
         listed.update((u, int(w)) for w in idx)
     mirrored_ok = all((w, u) in listed for u, w in listed if w in fresh)
@@ -460,10 +495,10 @@ def _relations(b: derived.Derived, ch: _Change, nodes: _Nodes, arrays: dict[str,
     ends = []
     for col, old in ((heads, b.array("graph.relation_heads")), (tails, b.array("graph.relation_tails"))):
         kept = nodes.ref[old[keep]]
-        new = [nodes.position(x) for x in col.to_pylist()]
-        if (kept < 0).any() or any(p is None for p in new):
+        new = nodes.positions(col.to_pylist())
+        if (kept < 0).any() or (new < 0).any():
             raise _Refuse("a relation names a node the graph does not hold")
-        ends.append(np.concatenate([kept, np.asarray(new, np.int64)]))
+        ends.append(np.concatenate([kept, new]))
     arrays["graph.relation_heads"], arrays["graph.relation_tails"] = ends
     arrays["relations.rows"] = np.concatenate([prov[keep], new_prov])
     order = np.concatenate([np.flatnonzero(keep), -1 - np.arange(len(ids))])
@@ -481,7 +516,8 @@ def _subject_chunks(ch: _Change, nodes: _Nodes) -> set[int]:
             found = table.locate(d)
             if found is not None:
                 chunk_keys.update(found[0].column("chunks")[found[1]])
-    out = {p for c in chunk_keys if (p := nodes.position(c)) is not None and p < nodes.sizes[0]}
+    keys = sorted(chunk_keys)
+    out = {p for p in nodes.positions(keys).tolist() if 0 <= p < nodes.sizes[0]}
     out.update(p for x, p in nodes.delta_pos.items() if p < nodes.sizes[0])
     return out
 

@@ -31,6 +31,13 @@ class Table(Generic[RowT]):
     def __len__(self) -> int:
         return self._rows
 
+    def prefix(self, n: int) -> "Table[RowT]":
+        """The table of this one's first `n` segments (the same mapped segments, none opened again)."""
+        out = Table(self.artifact, lambda name: None, [], 0)
+        out.segments_names, out.segments = self.segments_names[:n], self.segments[:n]
+        out._newest_first = out.segments[::-1]
+        return out
+
     def locate(self, key: str) -> tuple[Segment, int] | None:
         # A request reads several columns of the same rows: the last few thousand locations are kept.
         if key in self._recent:
