@@ -138,11 +138,13 @@ def _strings_of(d: derived.Derived, name: str) -> tuple[np.ndarray, np.ndarray]:
 # --- compressed sparse matrices, rebuilt by major rows -----------------------------------------------------------
 
 def assemble(n: int, old: sp.csr_matrix | sp.csc_matrix, source: np.ndarray, minor_map: np.ndarray,
-             fresh: Mapping[int, tuple[np.ndarray, np.ndarray]], n_minor: int, dtype: Any
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             fresh: Mapping[int, tuple[np.ndarray, np.ndarray]], n_minor: int, dtype: Any,
+             unsorted: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indptr, indices, data) of a compressed matrix of `n` major rows: row i is old row `source[i]` with its
-    minor indices renumbered by `minor_map` (the old rows taken must be increasing), or `fresh[i]` (indices
-    already renumbered, sorted). Each row's indices come out sorted, as scipy's canonical form has them."""
+    minor indices renumbered by `minor_map` (the old rows taken must be increasing; the caller has checked that
+    it maps none to -1), or `fresh[i]` (indices already renumbered, sorted). Each row's indices come out
+    sorted, as scipy's canonical form has them: `unsorted` names the taken rows the renumbering may have put out
+    of order (those naming a node whose rank among the others moved), None: any row."""
     old_indptr, old_indices, old_data = old.indptr, old.indices, old.data
     taken = source >= 0
     lens = np.zeros(n, np.int64)
@@ -163,32 +165,23 @@ def assemble(n: int, old: sp.csr_matrix | sp.csc_matrix, source: np.ndarray, min
         for a, z in zip(starts.tolist(), stops.tolist()):
             o0, o1 = int(old_indptr[src[a]]), int(old_indptr[src[z - 1] + 1])
             n0 = int(indptr[rows[a]])
-            indices[n0:n0 + o1 - o0] = old_indices[o0:o1]
+            np.take(minor_map, old_indices[o0:o1], out=indices[n0:n0 + o1 - o0])
             data[n0:n0 + o1 - o0] = old_data[o0:o1]
-        indices_taken = np.ones(len(indices), bool)
-        for i in fresh:
-            indices_taken[indptr[i]:indptr[i + 1]] = False
-        if indices_taken.all():
-            indices = minor_map[indices]
-        else:
-            indices[indices_taken] = minor_map[indices[indices_taken]]
     for i, (idx, val) in fresh.items():
         indices[indptr[i]:indptr[i + 1]] = idx
         data[indptr[i]:indptr[i + 1]] = val
-    if (indices < 0).any() or (indices >= n_minor).any():
-        raise _Refuse("a kept row names a node that is gone")
+    if unsorted is None:
+        down = np.flatnonzero(np.diff(indices) <= 0) + 1 if len(indices) > 1 else np.zeros(0, np.int64)
+        row_of = np.searchsorted(indptr, down, side="right") - 1
+        unsorted = np.unique(row_of[down != indptr[row_of]])
     # Rows whose renumbered indices are out of order (a kept node next to a chunk that moved to the end).
-    if len(indices) > 1:
-        down = np.flatnonzero(np.diff(indices) <= 0) + 1
-        if down.size:
-            row_of = np.searchsorted(indptr, down, side="right") - 1
-            inside = down != indptr[row_of]
-            for r in np.unique(row_of[inside]).tolist():
-                a, z = int(indptr[r]), int(indptr[r + 1])
-                o = np.argsort(indices[a:z], kind="stable")
-                indices[a:z], data[a:z] = indices[a:z][o], data[a:z][o]
-                if (np.diff(indices[a:z]) == 0).any():
-                    raise _Refuse("a repeated neighbour")
+    for r in np.asarray(unsorted, np.int64).tolist():
+        a, z = int(indptr[r]), int(indptr[r + 1])
+        if z - a > 1 and (np.diff(indices[a:z]) <= 0).any():
+            o = np.argsort(indices[a:z], kind="stable")
+            indices[a:z], data[a:z] = indices[a:z][o], data[a:z][o]
+            if (np.diff(indices[a:z]) == 0).any():
+                raise _Refuse("a repeated neighbour")
     return indptr, indices, data
 
 
@@ -472,7 +465,9 @@ def _graph(b: derived.Derived, ch: _Change, arrays: dict[str, np.ndarray], strin
     source = np.full(n, -1, np.int64)
     kept = np.flatnonzero(nodes.keep)
     source[nodes.new_pos[kept]] = kept
-    indptr, indices, data = assemble(n, adj, source, nodes.ref, fresh, n, np.float32)
+    # Kept rows that name a node of the new rows (under symmetry, only rewritten ones) may come out of order.
+    unsorted = np.unique(np.fromiter((q for q, _ in kept_side), np.int64, len(kept_side)))
+    indptr, indices, data = assemble(n, adj, source, nodes.ref, fresh, n, np.float32, unsorted)
     g = sp.csr_matrix((data, indices, indptr), shape=(n, n))
     arrays.update(_sparse_files("graph.adjacency", g))
     arrays["graph.sizes"] = np.asarray(nodes.sizes, np.int64)
@@ -482,7 +477,7 @@ def _graph(b: derived.Derived, ch: _Change, arrays: dict[str, np.ndarray], strin
                       np.asarray([nodes.delta_pos[x] for x in nodes.new_strings], np.int64))
     strings["graph.nodes"] = RawStrings(s.offsets, s.data, keys)
     _relations(b, ch, nodes, arrays, strings)
-    _walk(b, ch, nodes, g, source, arrays)
+    _walk(b, ch, nodes, g, source, arrays, unsorted)
 
 
 def _relations(b: derived.Derived, ch: _Change, nodes: _Nodes, arrays: dict[str, np.ndarray],
@@ -523,7 +518,7 @@ def _subject_chunks(ch: _Change, nodes: _Nodes) -> set[int]:
 
 
 def _walk(b: derived.Derived, ch: _Change, nodes: _Nodes, g: sp.csr_matrix, source: np.ndarray,
-          arrays: dict[str, np.ndarray]) -> None:
+          arrays: dict[str, np.ndarray], unsorted: np.ndarray) -> None:
     n, n_chunks = nodes.n, nodes.sizes[0]
     redo_chunks = _subject_chunks(ch, nodes)
     # Subject edges: the base's whose chunk keeps its title, renumbered, and those of the chunks to redo.
@@ -531,9 +526,10 @@ def _walk(b: derived.Derived, ch: _Change, nodes: _Nodes, g: sp.csr_matrix, sour
     mapped = nodes.ref[pairs] if len(pairs) else pairs
     stay = (mapped >= 0).all(axis=1) if len(pairs) else np.zeros(0, bool)
     mapped = mapped[stay]
+    redo_chunk = np.zeros(n, bool)
+    redo_chunk[list(redo_chunks)] = True
     if len(mapped):
-        stay = ~np.isin(mapped[:, 0], np.fromiter(redo_chunks, np.int64, len(redo_chunks)))
-        mapped = mapped[stay]
+        mapped = mapped[~redo_chunk[mapped[:, 0]]]
     chunk_doc = ch.version.table(CHUNKS)
     titles = ch.version.table(DOCUMENTS)
     found_pairs = []
@@ -563,9 +559,12 @@ def _walk(b: derived.Derived, ch: _Change, nodes: _Nodes, g: sp.csr_matrix, sour
     pos = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
     dst = g.indices[pos].astype(np.int64)
     w = table[kinds[src], kinds[dst]] * g.data[pos]
-    if len(subject):
+    redone = np.zeros(n, bool)
+    redone[redo_cols] = True
+    near = subject[redone[subject[:, 0]] | redone[subject[:, 1]]] if len(subject) else subject
+    if len(near):
         nn = np.int64(n)
-        keys = np.concatenate([subject[:, 0] * nn + subject[:, 1], subject[:, 1] * nn + subject[:, 0]])
+        keys = np.concatenate([near[:, 0] * nn + near[:, 1], near[:, 1] * nn + near[:, 0]])
         w = np.where(np.isin(src * nn + dst, keys), w * SUBJECT_WEIGHT, w)
     keep = w > 0
     src, dst, w = src[keep], dst[keep], w[keep]
@@ -578,7 +577,7 @@ def _walk(b: derived.Derived, ch: _Change, nodes: _Nodes, g: sp.csr_matrix, sour
     walk = _mapped(b, "walk", sp.csc_matrix)
     col_source = source.copy()
     col_source[redo_cols] = -1
-    indptr, indices, data = assemble(n, walk, col_source, nodes.ref, fresh, n, np.float32)
+    indptr, indices, data = assemble(n, walk, col_source, nodes.ref, fresh, n, np.float32, unsorted)
     m = sp.csc_matrix((data, indices, indptr), shape=(n, n))
     arrays.update(_sparse_files("walk", m))
     old_dangling = np.asarray(b.array("walk.dangling"), np.int64)
