@@ -151,8 +151,10 @@ def assemble(n: int, old: sp.csr_matrix | sp.csc_matrix, source: np.ndarray, min
     lens[taken] = np.diff(old_indptr)[source[taken]]
     for i, (idx, _) in fresh.items():
         lens[i] = len(idx)
-    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    indices = np.empty(int(indptr[-1]), np.int64)
+    # int32 where it holds every value, as scipy would make them (it would copy int64 arrays to int32).
+    index_dtype = np.int32 if max(n, n_minor, int(lens.sum())) < np.iinfo(np.int32).max else np.int64
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(index_dtype)
+    indices = np.empty(int(indptr[-1]), index_dtype)
     data = np.empty(int(indptr[-1]), dtype)
     # Runs of consecutive old rows in consecutive new rows: one slice each.
     rows = np.flatnonzero(taken)
