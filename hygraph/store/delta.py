@@ -467,8 +467,10 @@ def _graph(b: derived.Derived, ch: _Change, arrays: dict[str, np.ndarray], strin
     source = np.full(n, -1, np.int64)
     kept = np.flatnonzero(nodes.keep)
     source[nodes.new_pos[kept]] = kept
-    # Kept rows that name a node of the new rows (under symmetry, only rewritten ones) may come out of order.
-    unsorted = np.unique(np.fromiter((q for q, _ in kept_side), np.int64, len(kept_side)))
+    # Kept rows that name a rewritten chunk may come out of order: it moved to the end of the chunks (rewritten
+    # entities and hyperedges keep their rank among the kept ones, and under symmetry no kept row names a new node).
+    moved = [q for q, u in kept_side if 0 <= u < nodes.sizes[0]]
+    unsorted = np.unique(np.asarray(moved, np.int64))
     indptr, indices, data = assemble(n, adj, source, nodes.ref, fresh, n, np.float32, unsorted)
     g = sp.csr_matrix((data, indices, indptr), shape=(n, n))
     arrays.update(_sparse_files("graph.adjacency", g))
