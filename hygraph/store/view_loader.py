@@ -13,8 +13,8 @@ mapped columns, and writes them as arrays that every reader then maps (store/der
 node's replicas share them too. Where the node holds an earlier version's files and the version only added
 segments to that version's (an insert, an update, a delete), they are patched from those files at the cost
 of the change (store/delta.py) rather than derived from every row. The load's temporaries are handed back
-to the operating system once a view is built (`release_freed_memory`): Arrow's allocator and glibc's otherwise keep the freed
-pages, and a replica would stay at its load peak (tens of MiB per version swap).
+to the operating system once a view is built (`release_freed_memory`): Arrow's allocator and glibc's
+otherwise keep the freed pages, and a replica would stay at its load peak (tens of MiB per version swap).
 """
 
 from __future__ import annotations
