@@ -36,10 +36,9 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
-from hygraph.core.ppr import _KIND_OF_PAIR
-from hygraph.core.retrieval.propagation import _DISAMBIGUATOR, EDGE_WEIGHTS, SUBJECT_WEIGHT
+from hygraph.core.ppr import kind_weights
+from hygraph.core.retrieval.propagation import EDGE_WEIGHTS, SUBJECT_WEIGHT, title_names
 from hygraph.errors import StoreError
-from hygraph.model import normalize_name
 from hygraph.store import derived
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, LEXICAL_CHUNKS, LEXICAL_ENTITIES,
                                      NODE_CHUNK, NODE_ENTITY, NODE_HYPEREDGE, RELATIONS, Artifact)
@@ -542,7 +541,7 @@ def _walk(b: derived.Derived, ch: _Change, nodes: _Nodes, g: sp.csr_matrix, sour
         doc = chunk_doc.value(cid, "doc_id") if cid in chunk_doc else ""
         title = titles.value(doc, "title") if doc in titles else ""
         row = g.indices[g.indptr[c]:g.indptr[c + 1]]
-        for name in dict.fromkeys((normalize_name(title), normalize_name(_DISAMBIGUATOR.sub("", title)))):
+        for name in title_names(title):
             j = nodes.position(name)
             if j is not None and j >= n_chunks and np.isin(j, row):
                 found_pairs.append((c, j))
@@ -554,9 +553,7 @@ def _walk(b: derived.Derived, ch: _Change, nodes: _Nodes, g: sp.csr_matrix, sour
         redo.update(g.indices[g.indptr[c]:g.indptr[c + 1]].tolist())
     redo_cols = np.asarray(sorted(redo), np.int64)
     kinds = nodes.kind_codes()
-    table = np.zeros((3, 3), dtype=np.float32)
-    for (a, c), kind in _KIND_OF_PAIR.items():
-        table[a, c] = EDGE_WEIGHTS.get(kind, 0.0)
+    table = kind_weights(EDGE_WEIGHTS)
     lens = np.diff(g.indptr)[redo_cols]
     src = np.repeat(redo_cols, lens)
     starts = g.indptr[redo_cols]
@@ -602,10 +599,10 @@ def _node_id(nodes: _Nodes, b: derived.Derived, pos: int) -> str:
 def _base(root: Path, uid: str | None, version: int) -> tuple[derived.Derived, dict[str, list[str]]] | None:
     best = None
     for path in root.iterdir() if root.is_dir() else ():
-        m = derived._NAME.match(path.name)
-        if m is None or m["uid"] != (uid or "index") or int(m["format"]) != derived.FORMAT:
+        parsed = derived.parse_name(path.name)
+        if parsed is None or parsed[0] != (uid or "index") or parsed[2] != derived.FORMAT:
             continue
-        v = int(m["version"])
+        v = parsed[1]
         if v < version and (best is None or v > best[0]) and (path / "DONE").is_file() and (path / _TABLES).is_file():
             best = (v, path)
     if best is None:

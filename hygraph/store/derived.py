@@ -148,6 +148,12 @@ def directory_name(uid: str | None, version: int) -> str:
 _NAME = re.compile(r"^(?P<uid>\w+)-(?P<version>\d{6,})-f(?P<format>\d+)$")
 
 
+def parse_name(name: str) -> tuple[str, int, int] | None:
+    """(uid, version, format) of a derived directory's name, None for another name."""
+    m = _NAME.match(name)
+    return (m["uid"], int(m["version"]), int(m["format"])) if m is not None else None
+
+
 def shared(root: Path, name: str, compute: Callable[[Path], None]) -> Derived:
     """The derived directory `root/name`, computed by `compute(directory)` where no process has yet.
 
