@@ -442,34 +442,44 @@ def _graph(b: derived.Derived, ch: _Change, arrays: dict[str, np.ndarray], strin
     nodes = _Nodes(b, ch)
     adj = _mapped(b, "graph.adjacency", sp.csr_matrix)
     n = nodes.n
-    # The new rows' lists, as positions; each must be mirrored by the other end's row.
+    # The new rows' lists, as positions (one lookup for all of them); each must be mirrored by the other end's row.
     fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    listed: set[tuple[int, int]] = set()
-    for node, nbrs in zip(nodes.ids, nodes.lists):
-        u = nodes.delta_pos[node]
-        idx = np.sort(nodes.positions(nbrs))
+    flat = [x for nbrs in nodes.lists for x in nbrs]
+    found = nodes.positions(flat)
+    lens = np.asarray([len(x) for x in nodes.lists], np.int64)
+    ends = np.concatenate([[0], np.cumsum(lens)]).tolist()
+    us = np.asarray([nodes.delta_pos[x] for x in nodes.ids], np.int64)
+    for i, (node, nbrs) in enumerate(zip(nodes.ids, nodes.lists)):
+        idx = np.sort(found[ends[i]:ends[i + 1]])
         if (idx < 0).any() or len(set(nbrs)) != len(nbrs) or node in nbrs:
             raise _Refuse(f"graph row {node!r}: an unknown, repeated or own neighbour")
-        fresh[u] = (idx, np.ones(len(idx), np.float32))
-        listed.update((u, int(w)) for w in idx)
-    mirrored_ok = all((w, u) in listed for u, w in listed if w in fresh)
-    # Kept rows that name a base node that went: (kept node, that node's new position or -1).
-    kept_side: set[tuple[int, int]] = set()
+        fresh[int(us[i])] = (idx, np.ones(len(idx), np.float32))
+    nn = np.int64(max(n, 1))
+    U, W = np.repeat(us, lens), found
+    is_fresh = np.zeros(n, bool)
+    is_fresh[us] = True
+    to_fresh = is_fresh[W] if len(W) else np.zeros(0, bool)
+    mirrored_ok = bool(np.isin(W[to_fresh] * nn + U[to_fresh], U * nn + W).all())
+    # Kept rows that name a base node that went: (kept node, that node's new position or -1), as codes.
     gone = np.flatnonzero(~nodes.keep)
-    for p in gone.tolist():
-        for q in adj.indices[adj.indptr[p]:adj.indptr[p + 1]].tolist():
-            if nodes.keep[q]:
-                kept_side.add((int(nodes.new_pos[q]), int(nodes.ref[p])))
-    new_side = {(w, u) for u, w in listed if w not in fresh}
-    if not mirrored_ok or kept_side != new_side:
+    starts, stops = adj.indptr[gone].astype(np.int64), adj.indptr[gone + 1].astype(np.int64)
+    glen = stops - starts
+    at = np.repeat(starts - np.cumsum(glen) + glen, glen) + np.arange(int(glen.sum()))
+    Q = adj.indices[at].astype(np.int64)
+    P = np.repeat(gone, glen)
+    on = nodes.keep[Q]
+    Q, P = Q[on], P[on]
+    kept_side = np.unique(nodes.new_pos[Q] * nn + nodes.ref[P])
+    new_side = np.unique(W[~to_fresh] * nn + U[~to_fresh])
+    if not mirrored_ok or (nodes.ref[P] < 0).any() or not np.array_equal(kept_side, new_side):
         raise _Refuse("the new neighbour lists are not symmetric with the kept ones")
     source = np.full(n, -1, np.int64)
     kept = np.flatnonzero(nodes.keep)
     source[nodes.new_pos[kept]] = kept
     # Kept rows that name a rewritten chunk may come out of order: it moved to the end of the chunks (rewritten
     # entities and hyperedges keep their rank among the kept ones, and under symmetry no kept row names a new node).
-    moved = [q for q, u in kept_side if 0 <= u < nodes.sizes[0]]
-    unsorted = np.unique(np.asarray(moved, np.int64))
+    moved_to = nodes.ref[P]
+    unsorted = np.unique(nodes.new_pos[Q][(moved_to >= 0) & (moved_to < nodes.sizes[0])])
     indptr, indices, data = assemble(n, adj, source, nodes.ref, fresh, n, np.float32, unsorted)
     g = sp.csr_matrix((data, indices, indptr), shape=(n, n))
     arrays.update(_sparse_files("graph.adjacency", g))
