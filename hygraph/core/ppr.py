@@ -36,6 +36,14 @@ class Walk:
     dangling: np.ndarray  # indices of the nodes without edges
 
 
+def kind_weights(edge_weights: dict[str, float]) -> np.ndarray:
+    """(3, 3) float32: the weight of a step between node kinds (codes as HybridGraph.node_kinds())."""
+    table = np.zeros((3, 3), dtype=np.float32)
+    for (a, b), kind in _KIND_OF_PAIR.items():
+        table[a, b] = edge_weights.get(kind, 0.0)
+    return table
+
+
 def transition(graph: HybridGraph, edge_weights: dict[str, float], subject: np.ndarray | None = None,
                subject_weight: float = 1.0) -> Walk:
     """The walk's transition matrix: adjacency entries weighted by edge kind, each node's out-weights summing to 1.
@@ -48,9 +56,7 @@ def transition(graph: HybridGraph, edge_weights: dict[str, float], subject: np.n
         raise ValueError(f"unknown edge kinds {sorted(unknown)} (one of {', '.join(EDGE_KINDS)})")
     adj = graph.adjacency.tocoo()
     kinds = graph.node_kinds()
-    table = np.zeros((3, 3), dtype=np.float32)
-    for (a, b), kind in _KIND_OF_PAIR.items():
-        table[a, b] = edge_weights.get(kind, 0.0)
+    table = kind_weights(edge_weights)
     w = table[kinds[adj.row], kinds[adj.col]] * adj.data
     if subject is not None and len(subject):
         n = np.int64(graph.n_nodes)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -35,7 +36,7 @@ from hygraph.errors import StoreError
 from hygraph.processes import locked
 from hygraph.store.segment import Strings, hashes, key_hash
 
-FORMAT = 1  # the layout below; a reader of another format recomputes
+FORMAT = 2  # the layout below; a reader of another format recomputes (2: what store/delta.py patches from)
 
 
 class StringIndex(Mapping[str, int]):
@@ -103,13 +104,29 @@ class Derived:
         return StringIndex(self.strings(name), keys[0], keys[1])
 
 
-def write(directory: Path, arrays: Mapping[str, np.ndarray], strings: Mapping[str, Sequence[str]],
+@dataclass(frozen=True)
+class RawStrings:
+    """A string table already laid out as files hold it (patched from another directory's, store/delta.py):
+    int64 offsets, UTF-8 bytes and, for an indexed table, its (2, n) sorted hashes and rows."""
+
+    offsets: np.ndarray
+    data: np.ndarray
+    keys: np.ndarray | None = None
+
+
+def write(directory: Path, arrays: Mapping[str, np.ndarray], strings: Mapping[str, Sequence[str] | RawStrings],
           indexed: Sequence[str] = ()) -> None:
     """Arrays and string tables into `directory` (created); `indexed` names the tables looked up by value."""
     directory.mkdir(parents=True)
     for name, array in arrays.items():
         np.save(directory / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
     for name, values in strings.items():
+        if isinstance(values, RawStrings):
+            np.save(directory / f"{name}.offsets.npy", values.offsets, allow_pickle=False)
+            np.save(directory / f"{name}.bytes.npy", values.data, allow_pickle=False)
+            if values.keys is not None:
+                np.save(directory / f"{name}.keys.npy", values.keys, allow_pickle=False)
+            continue
         encoded = pa.array(list(values), pa.large_string())
         _, offsets, data = encoded.buffers()
         np.save(directory / f"{name}.offsets.npy", np.frombuffer(offsets, dtype=np.int64)[:len(encoded) + 1],
@@ -129,6 +146,12 @@ def directory_name(uid: str | None, version: int) -> str:
 
 
 _NAME = re.compile(r"^(?P<uid>\w+)-(?P<version>\d{6,})-f(?P<format>\d+)$")
+
+
+def parse_name(name: str) -> tuple[str, int, int] | None:
+    """(uid, version, format) of a derived directory's name, None for another name."""
+    m = _NAME.match(name)
+    return (m["uid"], int(m["version"]), int(m["format"])) if m is not None else None
 
 
 def shared(root: Path, name: str, compute: Callable[[Path], None]) -> Derived:

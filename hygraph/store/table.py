@@ -31,6 +31,13 @@ class Table(Generic[RowT]):
     def __len__(self) -> int:
         return self._rows
 
+    def prefix(self, n: int) -> "Table[RowT]":
+        """The table of this one's first `n` segments (the same mapped segments, none opened again)."""
+        out = Table(self.artifact, lambda name: None, [], 0)
+        out.segments_names, out.segments = self.segments_names[:n], self.segments[:n]
+        out._newest_first = out.segments[::-1]
+        return out
+
     def locate(self, key: str) -> tuple[Segment, int] | None:
         # A request reads several columns of the same rows: the last few thousand locations are kept.
         if key in self._recent:
@@ -67,6 +74,12 @@ class Table(Generic[RowT]):
 
     def batches(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         """The live rows, segment by segment (oldest first), as record batches of `columns`."""
+        for _, _, batch in self.batches_at(columns):
+            yield batch
+
+    def batches_at(self, columns: Sequence[str] | None = None) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+        """`batches`, each with where its rows come from: the segment's position in this table and the first
+        row's number in that segment (a batch is a run of consecutive rows)."""
         shadow = np.zeros(0, np.int64)
         live: list[tuple[Segment, np.ndarray]] = []
         for seg in self._newest_first:
@@ -74,15 +87,15 @@ class Table(Generic[RowT]):
             mask = ~np.isin(hashes_of_rows(seg), shadow)
             live.append((seg, mask))
             shadow = np.union1d(shadow, keys)
-        for seg, mask in reversed(live):
+        for at, (seg, mask) in enumerate(reversed(live)):
             batch = seg.batch if columns is None else seg.batch.select(list(columns))
             rows = _confirm_shadowed(seg, mask, self._newer(seg))
             if rows.all():
-                yield batch
+                yield at, 0, batch
             else:
                 # Runs of live rows as zero-copy slices of the mapped batch (`batch.filter` would copy them).
                 for start, stop in _runs(rows):
-                    yield batch.slice(start, stop - start)
+                    yield at, start, batch.slice(start, stop - start)
 
     def _newer(self, seg: Segment) -> list[Segment]:
         return self.segments[self.segments.index(seg) + 1:]

@@ -10,9 +10,11 @@ with it: the BM25 indexes (corpus statistics span every document; the stored row
 so that an update writes only its own) and the hybrid graph with its PageRank walk (a power
 iteration touches every node). The first reader on a node derives them, in Arrow and numpy over the
 mapped columns, and writes them as arrays that every reader then maps (store/derived.py), so a
-node's replicas share them too. The load's temporaries are handed back to the operating system once
-a view is built (`release_freed_memory`): Arrow's allocator and glibc's otherwise keep the freed
-pages, and a replica would stay at its load peak (tens of MiB per version swap).
+node's replicas share them too. Where the node holds an earlier version's files and the version only added
+segments to that version's (an insert, an update, a delete), they are patched from those files at the cost
+of the change (store/delta.py) rather than derived from every row. The load's temporaries are handed back
+to the operating system once a view is built (`release_freed_memory`): Arrow's allocator and glibc's
+otherwise keep the freed pages, and a replica would stay at its load peak (tens of MiB per version swap).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import ctypes
 import ctypes.util
 import heapq
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
@@ -32,15 +34,15 @@ import scipy.sparse as sp
 
 from hygraph.core.graph import HybridGraph
 from hygraph.core.lexical import LexicalIndex
-from hygraph.core.ppr import Walk
-from hygraph.core.retrieval.propagation import walk_for
+from hygraph.core.ppr import Walk, transition
+from hygraph.core.retrieval.propagation import EDGE_WEIGHTS, SUBJECT_WEIGHT, subject_pairs
 from hygraph.core.retrieval.view import IndexView
 from hygraph.errors import StoreError
 from hygraph.model import SummaryNode
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, LEXICAL_CHUNKS, LEXICAL_ENTITIES,
                                      NODE_CHUNK, NODE_ENTITY, NODE_HYPEREDGE, PARENTS, RELATIONS, SUMMARIES, TERMS,
                                      Artifact, PostingsRow)
-from hygraph.store import derived
+from hygraph.store import delta, derived
 from hygraph.store.table import Table
 from hygraph.store.versions import Version
 
@@ -188,11 +190,20 @@ def _col(version: Version, artifact: Artifact[Any], column: str) -> ColumnMap[An
     return ColumnMap(version.table(artifact), column)
 
 
-def _arrays(version: Version, artifact: Artifact[Any], columns: Sequence[str]) -> list[pa.Array]:
-    """Whole columns of the live rows, one array each (a whole-collection read)."""
-    schema = artifact.schema(version.manifest.dims)
-    batches = list(version.table(artifact).batches(columns))
-    return [pa.chunked_array([b.column(i) for b in batches], schema.field(name).type).combine_chunks()
+def _arrays(version: Version, artifact: Artifact[Any], columns: Sequence[str],
+            rows: list[np.ndarray] | None = None) -> list[pa.Array]:
+    """Whole columns of the live rows, one array each (a whole-collection read). With `rows`, where each row
+    comes from is appended to it: `delta.provenance` of its segment's position and its row there."""
+    return table_arrays(version.table(artifact), artifact.schema(version.manifest.dims), columns, rows)
+
+
+def table_arrays(table: Table[Any], schema: pa.Schema, columns: Sequence[str],
+                 rows: list[np.ndarray] | None = None) -> list[pa.Array]:
+    batches = list(table.batches_at(columns))
+    if rows is not None:
+        rows.append(np.concatenate([delta.provenance(at, start, b.num_rows) for at, start, b in batches]
+                                   or [np.zeros(0, np.int64)]))
+    return [pa.chunked_array([b.column(i) for _, _, b in batches], schema.field(name).type).combine_chunks()
             for i, name in enumerate(columns)]
 
 
@@ -207,10 +218,11 @@ def _numbers(array: pa.Array, dtype: type) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset:array.offset + len(array)]
 
 
-def lexical_index(version: Version, artifact: Artifact[PostingsRow]) -> LexicalIndex:
+def lexical_index(version: Version, artifact: Artifact[PostingsRow], rows: list[np.ndarray] | None = None
+                  ) -> LexicalIndex:
     """The BM25 index of the stored postings: terms numbered in first-seen order over the rows, as
     core.lexical.build numbers them, so scores equal those of a build over the same documents."""
-    ids, terms, counts = _arrays(version, artifact, ("id", "terms", "counts"))
+    ids, terms, counts = _arrays(version, artifact, ("id", "terms", "counts"), rows)
     encoded = pc.dictionary_encode(terms.flatten())
     indptr = np.concatenate([[0], np.cumsum(_lengths(terms), dtype=np.int64)])
     # By document as stored, then by term (CSC, with each term's documents in order) as scoring reads it.
@@ -227,7 +239,7 @@ def _positions(values: pa.Array, nodes: pa.Array, what: str) -> np.ndarray:
     return _numbers(found, found.type.to_pandas_dtype()).astype(np.int64)
 
 
-def _graph(version: Version) -> HybridGraph:
+def _graph(version: Version, rows: list[np.ndarray] | None = None) -> HybridGraph:
     """The hybrid graph of the stored neighbour lists, nodes ordered as a build orders them (chunks, then
     entities and hyperedges sorted by id), with its relations."""
     ids, kinds, neighbours = _arrays(version, GRAPH, ("id", "kind", "neighbours"))
@@ -239,7 +251,10 @@ def _graph(version: Version) -> HybridGraph:
     nodes = pa.array(chunk_ids + entity_ids + hyperedge_ids, pa.large_string())
     src = np.repeat(_positions(ids, nodes, "a graph row"), _lengths(neighbours))
     dst = _positions(neighbours.flatten(), nodes, "a neighbour list")
-    rel_ids, heads, tails = _arrays(version, RELATIONS, ("id", "head", "tail"))
+    if rows is not None:  # each node's list length, and whether the lists are symmetric as a multiset
+        rows.append(np.bincount(src, minlength=len(nodes)) if len(nodes) else np.zeros(0, np.int64))
+        rows.append(np.array([delta.mirrored(src, dst, len(nodes))], np.int64))
+    rel_ids, heads, tails = _arrays(version, RELATIONS, ("id", "head", "tail"), rows)
     return HybridGraph.from_arrays({
         "chunk_ids": chunk_ids, "entity_ids": entity_ids, "hyperedge_ids": hyperedge_ids, "edge_src": src,
         "edge_dst": dst, "relation_ids": rel_ids.to_pylist(),
@@ -279,23 +294,44 @@ class Structures:
     entity_lexical: LexicalIndex | None = None
     graph: HybridGraph | None = None
     walk: Walk | None = None
+    # What store/delta.py patches a later version's structures from: where each lexical row and relation
+    # comes from (`delta.provenance`), whether the stored neighbour lists are symmetric (then the adjacency
+    # equals them), and the (chunk, entity) edges the walk weighs as subject edges.
+    rows: dict[str, np.ndarray] = field(default_factory=dict)
+    symmetric: bool = False
+    subject: np.ndarray | None = None
 
 
 def _derive(version: Version) -> Structures:
     out = Structures()
-    if version.has(LEXICAL_CHUNKS):
-        out.chunk_lexical = lexical_index(version, LEXICAL_CHUNKS)
+    for name, artifact in (("chunk_lexical", LEXICAL_CHUNKS), ("entity_lexical", LEXICAL_ENTITIES)):
+        if version.has(artifact) and (artifact is LEXICAL_CHUNKS or version.has(ENTITIES)):
+            rows: list[np.ndarray] = []
+            setattr(out, name, lexical_index(version, artifact, rows))
+            out.rows[name] = rows[0]
     if version.has(ENTITIES):
-        if version.has(LEXICAL_ENTITIES):
-            out.entity_lexical = lexical_index(version, LEXICAL_ENTITIES)
-        out.graph = _graph(version)
-        out.walk = walk_for(out.graph, _col(version, CHUNKS, "doc_id"), _col(version, DOCUMENTS, "title"))
+        rows = []
+        out.graph = g = _graph(version, rows)
+        lengths, mirrored = rows[0], bool(rows[1][0])
+        out.rows["relations"] = rows[2]
+        # Lists that are a multiset equal to their mirror and as long as each node's adjacency row hold no repeat,
+        # no self-loop and no one-way edge: then each list is the node's adjacency row, which `delta` relies on.
+        out.symmetric = mirrored and np.array_equal(lengths, np.diff(g.adjacency.indptr))
+        pairs = subject_pairs(g, _col(version, CHUNKS, "doc_id"), _col(version, DOCUMENTS, "title"))
+        out.walk = transition(g, EDGE_WEIGHTS, pairs, SUBJECT_WEIGHT)
+        # Only pairs joined by an edge weigh anything.
+        on_edge = np.asarray(g.adjacency[pairs[:, 0], pairs[:, 1]]).ravel() != 0 if len(pairs) else np.zeros(0, bool)
+        out.subject = pairs[on_edge]
     return out
 
 
-def _write_structures(directory: Path, got: Structures) -> None:
+def _write_structures(directory: Path, got: Structures, tables: Mapping[str, Sequence[str]]) -> None:
+    """The structures' files, with what `delta.patch` needs to patch a later version's from them; `tables`:
+    the segments of each artifact the structures were derived from."""
     arrays: dict[str, np.ndarray] = {}
     strings: dict[str, Sequence[str]] = {}
+    for name, rows in got.rows.items():
+        arrays[f"{name}.rows"] = rows
     for name, lex in (("chunk_lexical", got.chunk_lexical), ("entity_lexical", got.entity_lexical)):
         if lex is not None:
             arrays.update(_sparse(name, lex.postings))
@@ -308,8 +344,12 @@ def _write_structures(directory: Path, got: Structures) -> None:
         arrays["graph.relation_heads"], arrays["graph.relation_tails"] = g.relation_heads, g.relation_tails
         arrays.update(_sparse("walk", got.walk.matrix))
         arrays["walk.dangling"] = got.walk.dangling
+        arrays["graph.symmetric"] = np.array([got.symmetric], np.int64)
+        if got.subject is not None:
+            arrays["walk.subject"] = got.subject
         strings["graph.nodes"], strings["graph.relations"] = g.node_ids, g.relation_ids
     derived.write(directory, arrays, strings, indexed=("chunk_lexical.terms", "entity_lexical.terms", "graph.nodes"))
+    delta.write_tables(directory, tables)
 
 
 def _sparse(name: str, matrix: sp.csr_matrix | sp.csc_matrix) -> dict[str, np.ndarray]:
@@ -351,6 +391,21 @@ def _read_structures(d: derived.Derived) -> Structures:
     return out
 
 
+def _compute(version: Version, directory: Path) -> None:
+    """The version's structure files: patched from those of an earlier version of the index on this node
+    where that is known to give the same structures (store/delta.py), else derived from every row."""
+    tables = {name: list(ref.segments) for name, ref in version.manifest.tables.items()}
+    got = delta.patched(version, version.store.derived_dir)
+    if got is not None:
+        arrays, strings = got
+        derived.write(directory, arrays, strings)
+        delta.write_tables(directory, tables)
+        log.debug("version %d: structures patched from an earlier version's", version.version)
+        return
+    log.debug("version %d: structures derived from every row", version.version)
+    _write_structures(directory, _derive(version), tables)
+
+
 _unshared_warned: set[str] = set()
 
 
@@ -360,7 +415,7 @@ def structures(version: Version) -> Structures:
     store = version.store
     try:
         d = derived.shared(store.derived_dir, derived.directory_name(store.uid, version.version),
-                           lambda directory: _write_structures(directory, _derive(version)))
+                           lambda directory: _compute(version, directory))
         got = _read_structures(d)
     except (OSError, StoreError) as exc:  # unwritable, or removed by a reader of a newer version meanwhile
         if store.uri not in _unshared_warned:

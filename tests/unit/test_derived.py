@@ -109,8 +109,9 @@ def test_remove_takes_what_keep_refuses_and_leaves_other_files(tmp_path: Path) -
     (root / f".{derived.directory_name('u', 1)}.99.tmp").mkdir()
     (root / "notes.txt").write_text("")
     assert derived.remove(root, lambda uid, version, fmt: version >= 2) == 1
+    f = derived.FORMAT
     assert sorted(p.name for p in root.iterdir()) == [
-        "notes.txt", "u-000002-f1", "u-000002-f1.lock", "u-000003-f1", "u-000003-f1.lock"]
+        "notes.txt", f"u-000002-f{f}", f"u-000002-f{f}.lock", f"u-000003-f{f}", f"u-000003-f{f}.lock"]
     assert derived.remove(root, lambda uid, version, fmt: uid != "u") == 2
     assert sorted(p.name for p in root.iterdir()) == ["notes.txt"]
     assert derived.remove(tmp_path / "absent", lambda *_: False) == 0

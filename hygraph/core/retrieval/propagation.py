@@ -38,6 +38,12 @@ PASSAGE_SHARE = 0.3  # share of the reset mass on the dense + BM25 passages; the
 _DISAMBIGUATOR = re.compile(r"\s*\([^()]*\)$")
 
 
+def title_names(title: str) -> tuple[str, ...]:
+    """The entity ids a passage title names: the whole title normalized and the title without its
+    disambiguator."""
+    return tuple(dict.fromkeys((normalize_name(title), normalize_name(_DISAMBIGUATOR.sub("", title)))))
+
+
 def subject_pairs(graph: HybridGraph, chunk_doc: dict[str, str], titles: dict[str, str]) -> np.ndarray:
     """(chunk node, entity node) for every chunk and each entity id its passage title names: the whole title
     normalized and, for "Mark King (musician)", the title without its disambiguator, "mark king"."""
@@ -45,8 +51,7 @@ def subject_pairs(graph: HybridGraph, chunk_doc: dict[str, str], titles: dict[st
     first_entity = len(graph.chunk_ids)
     pairs = []
     for i, cid in enumerate(graph.chunk_ids):
-        title = titles.get(chunk_doc.get(cid, ""), "")
-        for name in dict.fromkeys((normalize_name(title), normalize_name(_DISAMBIGUATOR.sub("", title)))):
+        for name in title_names(titles.get(chunk_doc.get(cid, ""), "")):
             j = index.get(name, -1)
             if j >= first_entity:
                 pairs.append((i, j))
