@@ -657,4 +657,7 @@ def patched(version: Any, root: Path) -> tuple[dict[str, np.ndarray], dict[str, 
         log.debug("version %d: derived in full: %s", version.version, exc)
     except (OSError, StoreError, KeyError, ValueError) as exc:
         log.debug("version %d: derived in full: the earlier structures are unreadable (%s)", version.version, exc)
+    except Exception:  # noqa: BLE001 - a defect here must not keep a reader off new versions: derived in full
+        log.warning("version %d: patching its read structures failed; derived in full", version.version,
+                    exc_info=True)
     return None
