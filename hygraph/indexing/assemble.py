@@ -176,7 +176,7 @@ class Assembler:
 
     def run(self, job: Assembly, stages: Stages) -> dict[str, Any] | HygraphError:
         """`assemble`'s result, or the error it raised on purpose (handed back whole, not as a Ray error)."""
-        stages.emit, stages.own_report = self.relay, ingest.worker_report
+        stages.emit, stages.own_report, stages.own_rss = self.relay, ingest.worker_report, ingest.current_rss
         job.ckpt.reload()
         try:
             return assemble(job, stages, self._driver_waits)
@@ -259,6 +259,7 @@ def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWrit
             "driver_peak_rss_bytes": driver_peak_rss,
             "worker_peak_rss_bytes": max(stages.worker_rss.values(), default=0),
             "worker_peak_rss_bytes_per_stage": dict(stages.worker_rss),
+            "worker_rss_bytes_after_stage": dict(stages.rss_after),
             "nodes_per_stage": {s: sorted(n) for s, n in stages.worker_nodes.items()},
             "worker_peak_rss_bytes_per_node": dict(sorted(stages.node_rss.items())),
             "bytes_written": segment_bytes, "checkpoint_bytes_written": stages.bytes_written + ckpt.bytes_written,

@@ -48,6 +48,15 @@ def worker_report() -> tuple[int, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, node
 
 
+def current_rss() -> int:
+    """This process's resident memory now, in bytes (/proc/self/statm; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * resource.getpagesize()
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _report(batch: dict[str, Any], step: str, n: int) -> None:
     rss, node = worker_report()
     batch[WORKER_RSS + step] = np.full(n, rss, np.int64)
