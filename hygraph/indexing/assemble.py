@@ -373,6 +373,9 @@ def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] 
             lambda: checkpoint.load_named(ckpt, "knowledge_vectors", knowledge_ids))
         for kind, ids in knowledge_ids.items():
             writer.add(kind, ids, built.vecs[kind])
+        # The later stages read the entities' vectors only: the relations' and hyperedges' are the writer's
+        # now, freed once their collections are filled.
+        built.vecs = {"entities": built.vecs["entities"]}
 
         def build_hierarchy() -> hierarchy.HierarchyResult:
             assert pool is not None
