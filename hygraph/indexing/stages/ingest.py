@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -148,8 +148,28 @@ class Ingested:
 
     chunks: list[Chunk]
     embeddings: np.ndarray
-    extractions: list[Extraction]
+    extractions: Sequence[Extraction]
     extract_calls: int = 0
+
+
+class ShardExtractions(Sequence[Extraction]):
+    """The extractions of a build's chunks, parsed from the shards' JSON column one at a time as they are
+    read: the knowledge stage merges them in one pass, so the build never holds an object per mention of
+    every chunk at once (at 20k passages, more objects than the merged knowledge has)."""
+
+    def __init__(self, column: pa.ChunkedArray, rows: list[int]) -> None:
+        self._column, self._rows = column, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> Extraction:  # type: ignore[override]
+        return Extraction.from_dict(json.loads(self._column[self._rows[i]].as_py()))
+
+    def __iter__(self) -> Iterator[Extraction]:
+        column = self._column.combine_chunks()
+        for i in self._rows:
+            yield Extraction.from_dict(json.loads(column[i].as_py()))
 
 
 def build(cfg: HygraphConfig, corpus: CorpusScan, stages: Stages, extract: bool, cache_dir: str,
@@ -269,8 +289,7 @@ def read_shards(shard_dir: Path, docs: list[Document], extract: bool) -> Ingeste
     chunks = [Chunk(*(cols[k][i] for k in CHUNK_COLS)) for i in rows]
     if not extract:
         return Ingested(chunks, vecs, [], 0)
-    extraction = t.column("extraction").to_pylist()
-    return Ingested(chunks, vecs, [Extraction.from_dict(json.loads(extraction[i])) for i in rows],
+    return Ingested(chunks, vecs, ShardExtractions(t.column("extraction"), rows),
                     sum(t.column("llm_calls").to_pylist()))
 
 
