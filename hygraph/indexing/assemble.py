@@ -294,22 +294,21 @@ class Built:
         self.lexical: dict[Artifact[PostingsRow], list[PostingsRow]] = {}
 
     def write_tables(self, w: Any, cfg: HygraphConfig) -> Manifest:
+        """Write every table of the snapshot. Each table's rows are made just before it is written and dropped
+        just after (and the lexical postings with them): at most one table's Python rows and Arrow copy are
+        held at a time, not every table's at once."""
         dims = {"text": int(self.ing.embeddings.shape[1]), "cleora": cfg.cleora.dim}
-        contributions = knowledge.per_chunk(self.kb) if self.kb is not None else {}
-        none = knowledge.ChunkKnowledge()
         by_doc: dict[str, list[str]] = {}
-        chunk_rows = []
-        for c, vec in zip(self.ing.chunks, self.ing.embeddings):
-            ck = contributions.get(c.id, none)
+        for c in self.ing.chunks:
             by_doc.setdefault(c.doc_id, []).append(c.id)
-            chunk_rows.append(ChunkRow(c.id, c.doc_id, c.ordinal, c.text, c.n_tokens, c.title, tuple(ck.entities),
-                                       tuple(ck.relations), tuple(ck.hyperedges), vec))
         w.replace(DOCUMENTS, [DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ())), metadata_text(d.metadata))
                               for d in self.docs], dims)
-        w.replace(CHUNKS, chunk_rows, dims)
-        for artifact, rows in self.lexical.items():
-            w.replace(artifact, rows, dims)
-        counts = {"documents": len(self.docs), "chunks": len(chunk_rows), "entities": 0, "relations": 0,
+        del by_doc
+        w.replace(CHUNKS, self._chunk_rows(), dims)
+        while self.lexical:
+            artifact = next(iter(self.lexical))
+            w.replace(artifact, self.lexical.pop(artifact), dims)
+        counts = {"documents": len(self.docs), "chunks": len(self.ing.chunks), "entities": 0, "relations": 0,
                   "hyperedges": 0, "summaries": 0}
         manifest = Manifest(embedder_model=cfg.embedder.model, dims=dims, graph=self.kb is not None, counts=counts)
         if self.kb is None or self.graph is None or self.cleora is None:
@@ -317,11 +316,14 @@ class Built:
         hg, kb = self.graph, self.kb
         entities, relations, hyperedges = knowledge.build_rows(kb, hg.entity_ids, hg.hyperedge_ids,
                                                                self.vecs["entities"])
-        w.replace(ENTITIES, entities, dims)
-        w.replace(RELATIONS, relations, dims)
-        w.replace(HYPEREDGES, hyperedges, dims)
-        w.replace(GRAPH, graph_stage.build_rows(hg, self.cleora), dims)
         counts.update(entities=len(entities), relations=len(relations), hyperedges=len(hyperedges))
+        w.replace(ENTITIES, entities, dims)
+        del entities
+        w.replace(RELATIONS, relations, dims)
+        del relations
+        w.replace(HYPEREDGES, hyperedges, dims)
+        del hyperedges
+        w.replace(GRAPH, graph_stage.build_rows(hg, self.cleora), dims)
         manifest.stats["edges"] = graph_stage.edge_counts(hg)
         if self.hier is not None:
             summaries, parents, planes = self.hier.rows()
@@ -336,6 +338,16 @@ class Built:
             w.replace(TERMS, self.hyp.rows(self.chunk_ids), dims)
             manifest.hyperbolic = HyperbolicInfo(self.hyp.M, cfg.hyperbolic.dim, cfg.hyperbolic.seed)
         return manifest
+
+    def _chunk_rows(self) -> list[ChunkRow]:
+        contributions = knowledge.per_chunk(self.kb) if self.kb is not None else {}
+        none = knowledge.ChunkKnowledge()
+        rows = []
+        for c, vec in zip(self.ing.chunks, self.ing.embeddings):
+            ck = contributions.get(c.id, none)
+            rows.append(ChunkRow(c.id, c.doc_id, c.ordinal, c.text, c.n_tokens, c.title, tuple(ck.entities),
+                                 tuple(ck.relations), tuple(ck.hyperedges), vec))
+        return rows
 
 
 def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] | None,
