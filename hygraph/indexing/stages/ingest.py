@@ -358,7 +358,9 @@ class EmbedPool:
         batches = iter([order[i:i + batch_size] for i in range(0, len(texts), batch_size)])
         load = [0] * len(self.actors)
         pending: dict[Any, tuple[int, np.ndarray]] = {}
-        done: list[tuple[np.ndarray, np.ndarray]] = []
+        # Each batch's vectors go into the result as they arrive (it is made once the first tells the width):
+        # the batches are never all held beside it.
+        out: np.ndarray | None = None
         with stages.bar(len(texts), desc) as bar:
             while True:
                 while min(load) < self.IN_FLIGHT and (idx := next(batches, None)) is not None:
@@ -370,11 +372,12 @@ class EmbedPool:
                 [ref], _ = self._ray.wait(list(pending), num_returns=1)
                 a, idx = pending.pop(ref)
                 load[a] -= 1
-                done.append((idx, self._ray.get(ref)))
+                vecs = self._ray.get(ref)
+                if out is None:
+                    out = np.empty((len(texts), vecs.shape[1]), np.float32)
+                out[idx] = vecs
                 bar.update(len(idx))
-        out = np.empty((len(texts), done[0][1].shape[1]), np.float32)
-        for idx, vecs in done:
-            out[idx] = vecs
+        assert out is not None  # texts is not empty: one batch at least came back
         return out
 
     def report(self, stages: Stages) -> None:
