@@ -239,3 +239,34 @@ def test_a_resumed_ingest_skips_exactly_the_finished_documents(tmp_path):
     assert sorted(ingest.chunk_batch(batch, skip=np.sort(ingest.id_keys([])), **args)["doc_id"]) == ["a", "b", "c", "d"]
     done = np.sort(ingest.id_keys(["d", "b", "zz-not-in-corpus"]))
     assert sorted(ingest.chunk_batch(batch, skip=done, **args)["doc_id"]) == ["a", "c"]
+
+
+def test_the_writer_lets_a_kinds_vectors_go_once_filled_before_the_seal(tmp_path):
+    """A build drops its own reference to the relations' vectors once handed over: the writer holds them only
+    until the fill, not through the seal (the server's index build, the longest part of a write)."""
+    import gc
+    import weakref
+
+    store = IndexStore(tmp_path, create=True)
+    vs = connect(FAISS, tmp_path)
+    sealing, release = threading.Event(), threading.Event()
+    seal = vs.seal
+
+    def slow_seal(name: str) -> None:
+        sealing.set()
+        release.wait(30)
+        seal(name)
+
+    vs.seal = slow_seal  # type: ignore[method-assign]
+    with store.begin() as w:
+        writer = CollectionWriter(vs, store, w.version)
+        vecs = np.ones((4, 3), np.float32)
+        gone = weakref.ref(vecs)
+        writer.add("relations", ["r1", "r2", "r3", "r4"], vecs)
+        del vecs
+        assert sealing.wait(30)
+        gc.collect()
+        freed = gone() is None
+        release.set()
+        writer.finish()
+    assert freed and writer.vectors_written == 4
