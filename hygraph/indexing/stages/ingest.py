@@ -351,16 +351,23 @@ class EmbedPool:
 
     def embed(self, texts: Sequence[str], stages: Stages, desc: str, batch_size: int) -> np.ndarray:
         """Vectors of `texts` (order preserved) in batches of `batch_size`, each sent to the least loaded actor."""
+        return self.embed_parts(texts, [len(texts)], stages, desc, batch_size)[0]
+
+    def embed_parts(self, texts: Sequence[str], sizes: Sequence[int], stages: Stages, desc: str,
+                    batch_size: int) -> list[np.ndarray]:
+        """`embed`, its rows split into consecutive parts of `sizes` rows, each an array of its own (the knowledge
+        texts: entities, relations, hyperedges), batched over all the texts at once as one call would be."""
         if not texts:
-            return np.zeros((0, 0), np.float32)
+            return [np.zeros((0, 0), np.float32) for _ in sizes]
+        bounds = np.cumsum([0, *sizes])
         # Length-sorted batches pad less: a batch of short entity names no longer waits on a long fact.
         order = np.argsort([len(t) for t in texts], kind="stable")
         batches = iter([order[i:i + batch_size] for i in range(0, len(texts), batch_size)])
         load = [0] * len(self.actors)
         pending: dict[Any, tuple[int, np.ndarray]] = {}
-        # Each batch's vectors go into the result as they arrive (it is made once the first tells the width):
-        # the batches are never all held beside it.
-        out: np.ndarray | None = None
+        # Each batch's vectors go into the parts as they arrive (made once the first tells the width): the
+        # batches are never all held beside them.
+        out: list[np.ndarray] = []
         with stages.bar(len(texts), desc) as bar:
             while True:
                 while min(load) < self.IN_FLIGHT and (idx := next(batches, None)) is not None:
@@ -373,11 +380,13 @@ class EmbedPool:
                 a, idx = pending.pop(ref)
                 load[a] -= 1
                 vecs = self._ray.get(ref)
-                if out is None:
-                    out = np.empty((len(texts), vecs.shape[1]), np.float32)
-                out[idx] = vecs
+                if not out:
+                    out = [np.empty((n, vecs.shape[1]), np.float32) for n in sizes]
+                part = np.searchsorted(bounds, idx, side="right") - 1
+                for p in np.unique(part):
+                    mine = part == p
+                    out[p][idx[mine] - bounds[p]] = vecs[mine]
                 bar.update(len(idx))
-        assert out is not None  # texts is not empty: one batch at least came back
         return out
 
     def report(self, stages: Stages) -> None:

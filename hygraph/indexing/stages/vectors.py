@@ -54,18 +54,24 @@ class VectorDelta:
         return sum(len(ids) for ids, _, _ in self.upserts.values()) + sum(len(v) for v in self.retired.values())
 
 
+def knowledge_texts(kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequence[str],
+                    hyperedge_ids: Sequence[str]) -> list[str]:
+    name = kb.entities.__getitem__
+    return ([entity_text(kb, e) for e in entity_ids]
+            + [relation_text(lambda e: name(e).name, kb.relations[r]) for r in relation_ids]
+            + [kb.hyperedges[h].text for h in hyperedge_ids])
+
+
 def build(pool: EmbedPool, kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequence[str],
           hyperedge_ids: Sequence[str], stages: Stages, batch_size: int) -> dict[str, np.ndarray]:
     """Text vectors of every entity, relation and hyperedge, per kind, rows in the given id order.
 
-    Each kind is embedded into an array of its own (not slices of one): the build drops the relations'
-    and hyperedges' once their collections are written, and a slice would keep the whole block alive."""
-    name = kb.entities.__getitem__
-    texts: dict[str, Callable[[], list[str]]] = {
-        "entities": lambda: [entity_text(kb, e) for e in entity_ids],
-        "relations": lambda: [relation_text(lambda e: name(e).name, kb.relations[r]) for r in relation_ids],
-        "hyperedges": lambda: [kb.hyperedges[h].text for h in hyperedge_ids]}
-    return {kind: pool.embed(make(), stages, f"{kind} texts embedded", batch_size) for kind, make in texts.items()}
+    Each kind's vectors are an array of their own (not slices of one): the build drops the relations' and
+    hyperedges' once their collections are written, and a slice would keep the whole block alive."""
+    parts = pool.embed_parts(knowledge_texts(kb, entity_ids, relation_ids, hyperedge_ids),
+                             [len(entity_ids), len(relation_ids), len(hyperedge_ids)], stages,
+                             "knowledge texts embedded", batch_size)
+    return dict(zip(("entities", "relations", "hyperedges"), parts))
 
 
 def update(state: IndexState, embedder: "Embedder", kc: KnowledgeChange, delta: VectorDelta) -> None:
