@@ -146,7 +146,8 @@ def test_layer0_features_of_a_block_in_parts_equal_the_stacked_block(monkeypatch
     import hygraph.core.hierarchy as core_hierarchy
 
     rng = np.random.default_rng(3)
-    chunks, entities, structure = rng.standard_normal((7, 5)), rng.standard_normal((12, 5)), rng.standard_normal((19, 3))
+    chunks, entities = rng.standard_normal((7, 5)), rng.standard_normal((12, 5))
+    structure = rng.standard_normal((19, 3))
     entities[4] = 0.0
     stacked = np.vstack([chunks, entities]).astype(np.float32)
     scale = np.float32(1 / np.sqrt(2))
