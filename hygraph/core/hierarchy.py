@@ -24,25 +24,47 @@ def summary_key(member_ids: Iterable[str]) -> str:
     return sha1("\n".join(sorted(member_ids)))
 
 
-def layer0_features(*blocks: np.ndarray) -> np.ndarray:
+# Rows normalized at a time by `layer0_features`: its temporaries stay a few MB, whatever the corpus.
+FEATURE_ROWS = 8192
+
+
+def layer0_features(*blocks: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     """HyGRAG Alg. 1 lines 13-16: layer-0 node features, e.g. [text embedding ; Cleora embedding].
 
     Each block is L2-normalized per row and scaled by 1/sqrt(len(blocks)), so every block
     weighs the same in a cosine (and so in a hyperplane sign) and rows have unit norm.
     An all-zero row of a block stays zero.
+
+    A block may be a list of arrays whose rows follow one another (the chunks' text vectors, then the
+    entities'): they are written into the result in slabs of FEATURE_ROWS rows, so the only array of the
+    corpus's size made here is the result (not a stacked copy of each block and its normalized copies).
     """
     if not blocks:
         raise ValueError("need at least one feature block")
-    rows = {np.asarray(b).shape[0] for b in blocks}
+    parts_of = [list(b) if isinstance(b, (list, tuple)) else [b] for b in blocks]
+    rows = {sum(np.shape(p)[0] for p in parts) for parts in parts_of}
     if len(rows) != 1:
         raise ValueError(f"feature blocks disagree on the number of rows: {sorted(rows)}")
+    dims = []
+    for parts in parts_of:
+        widths = {np.shape(p)[1] for p in parts}
+        if len(widths) != 1:
+            raise ValueError(f"the parts of a feature block disagree on their width: {sorted(widths)}")
+        dims.append(widths.pop())
     scale = np.float32(1.0 / np.sqrt(len(blocks)))
-    parts = []
-    for block in blocks:
-        block = np.asarray(block, dtype=np.float32)
-        norms = np.linalg.norm(block, axis=1, keepdims=True)
-        parts.append(block / np.maximum(norms, np.float32(1e-12)) * scale)
-    return np.concatenate(parts, axis=1)
+    out = np.empty((rows.pop(), sum(dims)), np.float32)
+    col = 0
+    for parts, dim in zip(parts_of, dims):
+        row = 0
+        for part in parts:
+            for start in range(0, np.shape(part)[0], FEATURE_ROWS):
+                slab = np.asarray(part[start:start + FEATURE_ROWS], dtype=np.float32)
+                norms = np.linalg.norm(slab, axis=1, keepdims=True)
+                out[row + start:row + start + len(slab), col:col + dim] = (
+                    slab / np.maximum(norms, np.float32(1e-12)) * scale)
+            row += np.shape(part)[0]
+        col += dim
+    return out
 
 
 @dataclass(frozen=True, eq=False)

@@ -176,7 +176,7 @@ class Assembler:
 
     def run(self, job: Assembly, stages: Stages) -> dict[str, Any] | HygraphError:
         """`assemble`'s result, or the error it raised on purpose (handed back whole, not as a Ray error)."""
-        stages.emit, stages.own_report = self.relay, ingest.worker_report
+        stages.emit, stages.own_report, stages.own_rss = self.relay, ingest.worker_report, ingest.current_rss
         job.ckpt.reload()
         try:
             return assemble(job, stages, self._driver_waits)
@@ -259,6 +259,7 @@ def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWrit
             "driver_peak_rss_bytes": driver_peak_rss,
             "worker_peak_rss_bytes": max(stages.worker_rss.values(), default=0),
             "worker_peak_rss_bytes_per_stage": dict(stages.worker_rss),
+            "worker_rss_bytes_after_stage": dict(stages.rss_after),
             "nodes_per_stage": {s: sorted(n) for s, n in stages.worker_nodes.items()},
             "worker_peak_rss_bytes_per_node": dict(sorted(stages.node_rss.items())),
             "bytes_written": segment_bytes, "checkpoint_bytes_written": stages.bytes_written + ckpt.bytes_written,
@@ -293,22 +294,21 @@ class Built:
         self.lexical: dict[Artifact[PostingsRow], list[PostingsRow]] = {}
 
     def write_tables(self, w: Any, cfg: HygraphConfig) -> Manifest:
+        """Write every table of the snapshot. Each table's rows are made just before it is written and dropped
+        just after (and the lexical postings with them): at most one table's Python rows and Arrow copy are
+        held at a time, not every table's at once."""
         dims = {"text": int(self.ing.embeddings.shape[1]), "cleora": cfg.cleora.dim}
-        contributions = knowledge.per_chunk(self.kb) if self.kb is not None else {}
-        none = knowledge.ChunkKnowledge()
         by_doc: dict[str, list[str]] = {}
-        chunk_rows = []
-        for c, vec in zip(self.ing.chunks, self.ing.embeddings):
-            ck = contributions.get(c.id, none)
+        for c in self.ing.chunks:
             by_doc.setdefault(c.doc_id, []).append(c.id)
-            chunk_rows.append(ChunkRow(c.id, c.doc_id, c.ordinal, c.text, c.n_tokens, c.title, tuple(ck.entities),
-                                       tuple(ck.relations), tuple(ck.hyperedges), vec))
         w.replace(DOCUMENTS, [DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ())), metadata_text(d.metadata))
                               for d in self.docs], dims)
-        w.replace(CHUNKS, chunk_rows, dims)
-        for artifact, rows in self.lexical.items():
-            w.replace(artifact, rows, dims)
-        counts = {"documents": len(self.docs), "chunks": len(chunk_rows), "entities": 0, "relations": 0,
+        del by_doc
+        w.replace(CHUNKS, self._chunk_rows(), dims)
+        while self.lexical:
+            artifact = next(iter(self.lexical))
+            w.replace(artifact, self.lexical.pop(artifact), dims)
+        counts = {"documents": len(self.docs), "chunks": len(self.ing.chunks), "entities": 0, "relations": 0,
                   "hyperedges": 0, "summaries": 0}
         manifest = Manifest(embedder_model=cfg.embedder.model, dims=dims, graph=self.kb is not None, counts=counts)
         if self.kb is None or self.graph is None or self.cleora is None:
@@ -316,11 +316,14 @@ class Built:
         hg, kb = self.graph, self.kb
         entities, relations, hyperedges = knowledge.build_rows(kb, hg.entity_ids, hg.hyperedge_ids,
                                                                self.vecs["entities"])
-        w.replace(ENTITIES, entities, dims)
-        w.replace(RELATIONS, relations, dims)
-        w.replace(HYPEREDGES, hyperedges, dims)
-        w.replace(GRAPH, graph_stage.build_rows(hg, self.cleora), dims)
         counts.update(entities=len(entities), relations=len(relations), hyperedges=len(hyperedges))
+        w.replace(ENTITIES, entities, dims)
+        del entities
+        w.replace(RELATIONS, relations, dims)
+        del relations
+        w.replace(HYPEREDGES, hyperedges, dims)
+        del hyperedges
+        w.replace(GRAPH, graph_stage.build_rows(hg, self.cleora), dims)
         manifest.stats["edges"] = graph_stage.edge_counts(hg)
         if self.hier is not None:
             summaries, parents, planes = self.hier.rows()
@@ -335,6 +338,16 @@ class Built:
             w.replace(TERMS, self.hyp.rows(self.chunk_ids), dims)
             manifest.hyperbolic = HyperbolicInfo(self.hyp.M, cfg.hyperbolic.dim, cfg.hyperbolic.seed)
         return manifest
+
+    def _chunk_rows(self) -> list[ChunkRow]:
+        contributions = knowledge.per_chunk(self.kb) if self.kb is not None else {}
+        none = knowledge.ChunkKnowledge()
+        rows = []
+        for c, vec in zip(self.ing.chunks, self.ing.embeddings):
+            ck = contributions.get(c.id, none)
+            rows.append(ChunkRow(c.id, c.doc_id, c.ordinal, c.text, c.n_tokens, c.title, tuple(ck.entities),
+                                 tuple(ck.relations), tuple(ck.hyperedges), vec))
+        return rows
 
 
 def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] | None,
@@ -372,6 +385,9 @@ def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] 
             lambda: checkpoint.load_named(ckpt, "knowledge_vectors", knowledge_ids))
         for kind, ids in knowledge_ids.items():
             writer.add(kind, ids, built.vecs[kind])
+        # The later stages read the entities' vectors only: the relations' and hyperedges' are the writer's
+        # now, freed once their collections are filled.
+        built.vecs = {"entities": built.vecs["entities"]}
 
         def build_hierarchy() -> hierarchy.HierarchyResult:
             assert pool is not None

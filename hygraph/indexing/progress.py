@@ -64,13 +64,16 @@ class Stages:
 
     Its lines go to `emit` (stderr by default; a Ray actor that runs stages keeps them for the process that
     shows them, indexing/assemble.py). With `own_report` set (a Ray worker running stages itself), each
-    stage also records that process's peak RSS and node as a worker of the stage.
+    stage also records that process's peak RSS and node as a worker of the stage; with `own_rss` set, its
+    RSS when the stage ended too (`rss_after`: what the stage left held, where the peak only ever grows).
     """
 
     def __init__(self, prefix: str = "index") -> None:
         self.prefix = prefix
         self.emit: Callable[[str], None] = to_stderr
         self.own_report: Callable[[], tuple[int, str]] | None = None
+        self.own_rss: Callable[[], int] | None = None
+        self.rss_after: dict[str, int] = {}  # stage -> this process's RSS (bytes) when it ended (`own_rss`)
         self.seconds: dict[str, float] = {}
         # Ray workers that ran a stage's work: their largest peak RSS (bytes) and their nodes; and the largest
         # peak RSS of a worker per node.
@@ -94,7 +97,12 @@ class Stages:
                 rss, node = self.own_report()
                 self.worker(rss, {node}, name)
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t, 3)
-            self.note(f"{name} done in {self.seconds[name]:.1f}s")
+            memory = ""
+            if self.own_rss is not None:
+                self.rss_after[name] = self.own_rss()
+                memory = (f" (RSS {self.rss_after[name] / 2**20:,.0f} MiB, peak "
+                          f"{self.worker_rss.get(name, 0) / 2**20:,.0f} MiB)")
+            self.note(f"{name} done in {self.seconds[name]:.1f}s{memory}")
 
     def worker(self, rss_bytes: int, nodes: set[str], stage: str | None = None) -> None:
         """A Ray worker of `stage` (default: the innermost open stage) reported its peak RSS and node

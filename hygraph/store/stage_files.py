@@ -7,7 +7,6 @@ Arrays are read without pickle: only numeric and string arrays are stored.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Sequence
 
@@ -15,16 +14,15 @@ import numpy as np
 import pyarrow as pa
 
 from hygraph.errors import StoreError
-from hygraph.store.files import write_atomic
+from hygraph.store.files import atomic_writer
 
 
 def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> int:
-    """Store `arrays` under their names in one .npz file; returns the bytes written."""
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    data = buf.getvalue()
-    write_atomic(path, data)
-    return len(data)
+    """Store `arrays` under their names in one .npz file, streamed to disk (a build's vectors are the largest
+    thing it holds: no second copy of them in memory); returns the bytes written."""
+    with atomic_writer(path) as fh:
+        np.savez(fh, **arrays)
+        return fh.tell()
 
 
 def read_arrays(path: Path) -> dict[str, np.ndarray]:
@@ -36,13 +34,11 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
 
 
 def write_table(path: Path, table: pa.Table) -> int:
-    """Store `table` as one Arrow IPC file; returns the bytes written."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    data = sink.getvalue().to_pybytes()
-    write_atomic(path, data)
-    return len(data)
+    """Store `table` as one Arrow IPC file, streamed to disk; returns the bytes written."""
+    with atomic_writer(path) as fh:
+        with pa.ipc.new_file(pa.PythonFile(fh, mode="w"), table.schema) as writer:
+            writer.write_table(table)
+        return fh.tell()
 
 
 def read_table(path: Path, columns: Sequence[str] | None = None) -> pa.Table:

@@ -239,3 +239,82 @@ def test_a_resumed_ingest_skips_exactly_the_finished_documents(tmp_path):
     assert sorted(ingest.chunk_batch(batch, skip=np.sort(ingest.id_keys([])), **args)["doc_id"]) == ["a", "b", "c", "d"]
     done = np.sort(ingest.id_keys(["d", "b", "zz-not-in-corpus"]))
     assert sorted(ingest.chunk_batch(batch, skip=done, **args)["doc_id"]) == ["a", "c"]
+
+
+def test_the_writer_lets_a_kinds_vectors_go_once_filled_before_the_seal(tmp_path):
+    """A build drops its own reference to the relations' vectors once handed over: the writer holds them only
+    until the fill, not through the seal (the server's index build, the longest part of a write)."""
+    import gc
+    import weakref
+
+    store = IndexStore(tmp_path, create=True)
+    vs = connect(FAISS, tmp_path)
+    sealing, release = threading.Event(), threading.Event()
+    seal = vs.seal
+
+    def slow_seal(name: str) -> None:
+        sealing.set()
+        release.wait(30)
+        seal(name)
+
+    vs.seal = slow_seal  # type: ignore[method-assign]
+    with store.begin() as w:
+        writer = CollectionWriter(vs, store, w.version)
+        vecs = np.ones((4, 3), np.float32)
+        gone = weakref.ref(vecs)
+        writer.add("relations", ["r1", "r2", "r3", "r4"], vecs)
+        del vecs
+        assert sealing.wait(30)
+        gc.collect()
+        freed = gone() is None
+        release.set()
+        writer.finish()
+    assert freed and writer.vectors_written == 4
+
+
+def test_embed_parts_are_the_rows_of_one_embed_in_arrays_of_their_own():
+    """The knowledge texts are batched as one call would batch them (the same vectors, whatever the model), and
+    each kind's rows land in an array of its own, not a view of a shared block."""
+    class Ref:
+        def __init__(self, value):
+            self.value = value
+
+    class FakeRay:
+        @staticmethod
+        def wait(refs, num_returns):
+            return refs[:num_returns], refs[num_returns:]
+
+        @staticmethod
+        def get(ref):
+            return ref.value
+
+    batches = []
+
+    class Actor:
+        class encode:
+            @staticmethod
+            def remote(texts):
+                batches.append(list(texts))
+                # A vector that depends on the batch too: any other batching would show.
+                return Ref(np.array([[len(t), ord(t[0]), len(batches)] for t in texts], np.float32))
+
+    pool = ingest.EmbedPool.__new__(ingest.EmbedPool)
+    pool._ray, pool.actors = FakeRay, [Actor(), Actor()]
+    texts = ["alpha", "b", "gamma ray", "de", "epsilon", "z", "eta carinae", "th"]
+    whole = pool.embed(texts, _quiet(), "x", 3)
+    one_call = list(batches)
+    batches.clear()
+    parts = pool.embed_parts(texts, [3, 0, 5], _quiet(), "x", 3)
+    assert batches == one_call
+    assert [p.shape for p in parts] == [(3, 3), (0, 3), (5, 3)]
+    assert all(p.base is None for p in parts)
+    np.testing.assert_array_equal(np.vstack(parts), whole)
+    assert [p.shape for p in pool.embed_parts([], [0, 0], _quiet(), "x", 3)] == [(0, 0), (0, 0)]
+
+
+def _quiet():
+    from hygraph.indexing.progress import Stages
+
+    stages = Stages()
+    stages.emit = lambda _: None
+    return stages

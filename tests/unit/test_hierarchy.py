@@ -138,3 +138,24 @@ def test_layer0_features_weigh_blocks_equally():
     np.testing.assert_allclose(f[0], [0.6 * s, 0.8 * s, s, 0, 0], rtol=1e-6)
     with pytest.raises(ValueError, match="rows"):
         layer0_features(text, structure[:1])
+
+
+def test_layer0_features_of_a_block_in_parts_equal_the_stacked_block(monkeypatch):
+    """A block given as row-parts (the build's chunk and entity vectors) is normalized slab by slab into the
+    result: the same bits as the stacked block's, across slab and part boundaries."""
+    import hygraph.core.hierarchy as core_hierarchy
+
+    rng = np.random.default_rng(3)
+    chunks, entities = rng.standard_normal((7, 5)), rng.standard_normal((12, 5))
+    structure = rng.standard_normal((19, 3))
+    entities[4] = 0.0
+    stacked = np.vstack([chunks, entities]).astype(np.float32)
+    scale = np.float32(1 / np.sqrt(2))
+    expect = np.concatenate([b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), np.float32(1e-12)) * scale
+                             for b in (stacked, structure.astype(np.float32))], axis=1)
+    monkeypatch.setattr(core_hierarchy, "FEATURE_ROWS", 4)
+    got = layer0_features([chunks, entities], structure)
+    assert got.dtype == np.float32 and np.array_equal(got, expect)
+    assert np.array_equal(got, layer0_features(stacked, structure))
+    with pytest.raises(ValueError, match="width"):
+        layer0_features([chunks, structure[:12]], structure)

@@ -230,7 +230,8 @@ def build(cfg: HygraphConfig, chunk_ids: Sequence[str], chunk_texts: Sequence[st
                s_max=h.s_max, min_layer_size=h.min_layer_size, device=resolve_device(h.device))
     if h.partitioner == "lsh":
         n_layer0 = len(hg.chunk_ids) + len(hg.entity_ids)
-        blocks = {"text": np.vstack([chunk_vecs, node_vecs["entities"]]), "cleora": node_vecs["cleora"][:n_layer0]}
+        # The text block in its two parts: layer0_features writes them into the features without stacking.
+        blocks = {"text": [chunk_vecs, node_vecs["entities"]], "cleora": node_vecs["cleora"][:n_layer0]}
         features = layer0_features(*(blocks[f] for f in h.layer0_features))
         result.add_layers(build_hierarchy(features, [*hg.chunk_ids, *hg.entity_ids], max_layers=h.max_layers, **lsh))
     else:

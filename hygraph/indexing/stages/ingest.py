@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +46,15 @@ def worker_report() -> tuple[int, str]:
 
     node = f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, node
+
+
+def current_rss() -> int:
+    """This process's resident memory now, in bytes (/proc/self/statm; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * resource.getpagesize()
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _report(batch: dict[str, Any], step: str, n: int) -> None:
@@ -139,8 +148,28 @@ class Ingested:
 
     chunks: list[Chunk]
     embeddings: np.ndarray
-    extractions: list[Extraction]
+    extractions: Sequence[Extraction]
     extract_calls: int = 0
+
+
+class ShardExtractions(Sequence[Extraction]):
+    """The extractions of a build's chunks, parsed from the shards' JSON column one at a time as they are
+    read: the knowledge stage merges them in one pass, so the build never holds an object per mention of
+    every chunk at once (at 20k passages, more objects than the merged knowledge has)."""
+
+    def __init__(self, column: pa.ChunkedArray, rows: list[int]) -> None:
+        self._column, self._rows = column, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> Extraction:  # type: ignore[override]
+        return Extraction.from_dict(json.loads(self._column[self._rows[i]].as_py()))
+
+    def __iter__(self) -> Iterator[Extraction]:
+        column = self._column.combine_chunks()
+        for i in self._rows:
+            yield Extraction.from_dict(json.loads(column[i].as_py()))
 
 
 def build(cfg: HygraphConfig, corpus: CorpusScan, stages: Stages, extract: bool, cache_dir: str,
@@ -260,8 +289,7 @@ def read_shards(shard_dir: Path, docs: list[Document], extract: bool) -> Ingeste
     chunks = [Chunk(*(cols[k][i] for k in CHUNK_COLS)) for i in rows]
     if not extract:
         return Ingested(chunks, vecs, [], 0)
-    extraction = t.column("extraction").to_pylist()
-    return Ingested(chunks, vecs, [Extraction.from_dict(json.loads(extraction[i])) for i in rows],
+    return Ingested(chunks, vecs, ShardExtractions(t.column("extraction"), rows),
                     sum(t.column("llm_calls").to_pylist()))
 
 
@@ -323,14 +351,23 @@ class EmbedPool:
 
     def embed(self, texts: Sequence[str], stages: Stages, desc: str, batch_size: int) -> np.ndarray:
         """Vectors of `texts` (order preserved) in batches of `batch_size`, each sent to the least loaded actor."""
+        return self.embed_parts(texts, [len(texts)], stages, desc, batch_size)[0]
+
+    def embed_parts(self, texts: Sequence[str], sizes: Sequence[int], stages: Stages, desc: str,
+                    batch_size: int) -> list[np.ndarray]:
+        """`embed`, its rows split into consecutive parts of `sizes` rows, each an array of its own (the knowledge
+        texts: entities, relations, hyperedges), batched over all the texts at once as one call would be."""
         if not texts:
-            return np.zeros((0, 0), np.float32)
+            return [np.zeros((0, 0), np.float32) for _ in sizes]
+        bounds = np.cumsum([0, *sizes])
         # Length-sorted batches pad less: a batch of short entity names no longer waits on a long fact.
         order = np.argsort([len(t) for t in texts], kind="stable")
         batches = iter([order[i:i + batch_size] for i in range(0, len(texts), batch_size)])
         load = [0] * len(self.actors)
         pending: dict[Any, tuple[int, np.ndarray]] = {}
-        done: list[tuple[np.ndarray, np.ndarray]] = []
+        # Each batch's vectors go into the parts as they arrive (made once the first tells the width): the
+        # batches are never all held beside them.
+        out: list[np.ndarray] = []
         with stages.bar(len(texts), desc) as bar:
             while True:
                 while min(load) < self.IN_FLIGHT and (idx := next(batches, None)) is not None:
@@ -342,11 +379,14 @@ class EmbedPool:
                 [ref], _ = self._ray.wait(list(pending), num_returns=1)
                 a, idx = pending.pop(ref)
                 load[a] -= 1
-                done.append((idx, self._ray.get(ref)))
+                vecs = self._ray.get(ref)
+                if not out:
+                    out = [np.empty((n, vecs.shape[1]), np.float32) for n in sizes]
+                part = np.searchsorted(bounds, idx, side="right") - 1
+                for p in np.unique(part):
+                    mine = part == p
+                    out[p][idx[mine] - bounds[p]] = vecs[mine]
                 bar.update(len(idx))
-        out = np.empty((len(texts), done[0][1].shape[1]), np.float32)
-        for idx, vecs in done:
-            out[idx] = vecs
         return out
 
     def report(self, stages: Stages) -> None:

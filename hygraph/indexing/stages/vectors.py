@@ -64,11 +64,14 @@ def knowledge_texts(kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequ
 
 def build(pool: EmbedPool, kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequence[str],
           hyperedge_ids: Sequence[str], stages: Stages, batch_size: int) -> dict[str, np.ndarray]:
-    """Text vectors of every entity, relation and hyperedge, per kind, rows in the given id order."""
-    vecs = pool.embed(knowledge_texts(kb, entity_ids, relation_ids, hyperedge_ids), stages,
-                      "knowledge texts embedded", batch_size)
-    n_e, n_r = len(entity_ids), len(relation_ids)
-    return {"entities": vecs[:n_e], "relations": vecs[n_e:n_e + n_r], "hyperedges": vecs[n_e + n_r:]}
+    """Text vectors of every entity, relation and hyperedge, per kind, rows in the given id order.
+
+    Each kind's vectors are an array of their own (not slices of one): the build drops the relations' and
+    hyperedges' once their collections are written, and a slice would keep the whole block alive."""
+    parts = pool.embed_parts(knowledge_texts(kb, entity_ids, relation_ids, hyperedge_ids),
+                             [len(entity_ids), len(relation_ids), len(hyperedge_ids)], stages,
+                             "knowledge texts embedded", batch_size)
+    return dict(zip(("entities", "relations", "hyperedges"), parts))
 
 
 def update(state: IndexState, embedder: "Embedder", kc: KnowledgeChange, delta: VectorDelta) -> None:
@@ -137,8 +140,10 @@ class CollectionWriter:
         if self._from_before.get(kind) == name and self.vs.exists(name):
             self.kept.append(kind)
             return
-        self._running[self._pool.submit(self._write_one, name, ids, vectors, metric, layers)] = kind
         self.vectors_written += len(ids)
+        # Handed over in a list the write empties: a submitted call's arguments live until it returns, and
+        # the rows are not needed through the seal (the server's index build, minutes at 10^5 vectors).
+        self._running[self._pool.submit(self._write_one, name, [(ids, vectors)], metric, layers)] = kind
 
     def finish(self) -> None:
         """Wait until every collection added is written and sealed; the first failure is raised."""
@@ -153,11 +158,13 @@ class CollectionWriter:
             if self._started is not None:
                 self.seconds = time.perf_counter() - self._started
 
-    def _write_one(self, name: str, ids: list[str], vectors: np.ndarray, metric: str,
+    def _write_one(self, name: str, rows: list[tuple[list[str], np.ndarray]], metric: str,
                    layers: list[int] | None) -> None:
+        ids, vectors = rows.pop()
         self.vs.create(name, int(vectors.shape[1]), metric)  # type: ignore[arg-type]
         if ids:
             self.vs.fill(name, ids, vectors, self.generation, layers)
+        del ids, vectors  # this write's last reference to them, where the build dropped its own
         self.vs.seal(name)
 
     def drop_all(self) -> None:
