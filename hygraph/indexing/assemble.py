@@ -24,7 +24,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hygraph.backends import vectorstore
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import Usage
 from hygraph.config import HygraphConfig
@@ -38,9 +37,10 @@ from hygraph.model import Document, TripleRecord, load_corpus, load_triples
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, HYPERPLANES, PARENTS,
                                      RELATIONS, SUMMARIES, TERMS, Artifact, ChunkRow, DocumentRow, PostingsRow,
                                      metadata_text)
+from hygraph.store.index import Index
 from hygraph.store.manifest import HierarchyInfo, HyperbolicInfo, Manifest
 from hygraph.store.objects import is_remote
-from hygraph.store.versions import GcResult, IndexStore
+from hygraph.store.versions import IndexStore
 
 # Measured driver growth of the single-process build (docs/bench/build_small.md): about 146 KiB per passage.
 BYTES_PER_PASSAGE = 150 * 1024
@@ -77,7 +77,8 @@ def assemble(job: Assembly, stages: Stages, before_commit: Callable[[], None] = 
         usage.count("extract", calls=ing.extract_calls)
     built = Built(docs, ing)
     store = IndexStore(job.index_dir, **cfg.store.model_dump())
-    vs = vectorstore.connect(cfg.vector_store, job.local)
+    index = Index(cfg, store)
+    vs = index.vectors
     writer: vectors.CollectionWriter | None = None
     try:
         previous = store.current_version()
@@ -116,29 +117,19 @@ def assemble(job: Assembly, stages: Stages, before_commit: Callable[[], None] = 
         # and so do the collections of builds that died before committing.
         try:
             store.forget_collections([version])  # the manifest names them now
-            collect_garbage(cfg, store, vs)
+            index.collect_garbage()
         except Exception as exc:  # noqa: BLE001 - published already; the next build or update collects
             stages.note(f"garbage collection of old versions failed ({type(exc).__name__}); retried later")
     finally:
         if writer is not None:
             writer.drop_all()
-        vs.close()
+        index.close()
     manifest.stats["seconds_per_stage"] = stages.seconds
     counts = manifest.counts
     return {"version": version, **{k: counts[k] for k in
                                    ("documents", "chunks", "entities", "relations", "hyperedges", "summaries")},
             "layers": manifest.stats.get("layers", 0), "llm_calls": usage.calls(),
             "resumed_stages": ckpt.resumed, "stats": manifest.stats}
-
-
-def collect_garbage(cfg: HygraphConfig, store: IndexStore, vs: vectorstore.VectorStore) -> GcResult:
-    """`store.gc` with the configured retention, then drop the vector collections it hands back: those
-    only removed versions named, and those of builds that never committed (then forgotten)."""
-    result = store.gc(cfg.updates.keep_versions, cfg.updates.gc_grace_s)
-    for name in sorted(result.collections):
-        vs.drop(name)
-    store.forget_collections(result.orphaned)
-    return result
 
 
 class _Relay:

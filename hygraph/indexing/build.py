@@ -109,11 +109,11 @@ def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, A
     if cfg.hyperbolic.enabled:
         built.hyp = hyperbolic.build(cfg.hyperbolic, [], none)
     built.lexical = lexical.build([], [], hg.entity_ids)
-    vs = vectorstore.connect(cfg.vector_store, store.local_dir)
+    index = Index(cfg, store)
     writer: vectors.CollectionWriter | None = None
     try:
         with store.begin() as w:
-            writer = vectors.CollectionWriter(vs, store, w.version, keep_empty=True)
+            writer = vectors.CollectionWriter(index.vectors, store, w.version, keep_empty=True)
             # Every kind the build makes, empty (an empty hierarchy has no embedding width of its own).
             for kind in ("chunks", "entities", "relations", "hyperedges", "summaries"):
                 writer.add(kind, [], none)
@@ -130,7 +130,7 @@ def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, A
     finally:
         if writer is not None:
             writer.drop_all()
-        vs.close()
+        index.close()
     return {"version": version, "created": True}
 
 

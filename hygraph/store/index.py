@@ -10,7 +10,8 @@ index). `Index` holds both, so what spans them has one home:
   and those of writers that died before publishing, whose records are then forgotten;
 - the connection: a restarted embedded Milvus listens on a new port, so a writer reconnects.
 
-The updater's publisher, compaction, `hygraph gc` and the removal of a named index go through it.
+The full build, the updater's publisher and compaction, `hygraph gc` and the removal of a named index go
+through it; readers open versions through it (store/reading.py).
 """
 
 from __future__ import annotations

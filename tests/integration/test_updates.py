@@ -19,7 +19,6 @@ from hygraph.config import load_config
 from hygraph.core.retrieval.modes import MODE_NAMES
 from hygraph.core.hyperbolic import from_storage, init_from_text, poincare_distance
 from hygraph.engine import QueryEngine
-from hygraph.indexing.assemble import collect_garbage
 from hygraph.pipeline import QueryPipeline, QueryRequest
 from hygraph.store.artifacts import LEXICAL_CHUNKS
 from hygraph.store import lease
@@ -246,7 +245,7 @@ def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collect
         # said so (store/lease.py). Now that it serves the new one, GC removes it (keep_versions=1, no grace).
         served = lease.served_versions(engine.index.files.objects)
         assert updater.publisher.vectors.exists(old) and engine.version in served and loaded.view.version not in served
-        collect_garbage(cfg, IndexStore(index_dir), updater.publisher.vectors)
+        updater.publisher.index.collect_garbage()
         assert not updater.publisher.vectors.exists(old)
         ctx = engine.retrieve(question, vec, "hyperbolic", 5)
         assert ctx.passages and engine.version == published["version"]
