@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -34,6 +34,7 @@ from hygraph.errors import InputError, VersionNotReady
 from hygraph.model import Chunk
 from hygraph.store.artifacts import DOCUMENTS
 from hygraph.store.catalog import Catalog
+from hygraph.store.exact import ExactVectors, exact_searches
 from hygraph.store.versions import IndexStore, Version
 from hygraph.store.view_loader import load_view, release_freed_memory
 
@@ -52,6 +53,8 @@ class Loaded:
     collections: dict[str, str]
     version: Version
     catalog: Catalog  # its documents and counts, read back (GET /v1/documents, /v1/stats)
+    # The collections searched in this process, over the version's mapped vectors (vector_store.exact_max_rows).
+    exact: Mapping[str, ExactVectors] = field(default_factory=dict)
 
     @cached_property
     def metadata_index(self) -> MetadataIndex:
@@ -65,13 +68,17 @@ class Loaded:
 
 
 class VersionSearch:
-    """`Search` over one loaded version's collections: hits the version does not know (rows a newer or an
-    older version wrote) are dropped."""
+    """`Search` over one loaded version's collections: the small ones exactly in this process (`Loaded.exact`),
+    the others by the vector store, whose hits the version does not know (rows a newer or an older version
+    wrote) are dropped."""
 
     def __init__(self, vectors: VectorStore, loaded: Loaded, pool: ThreadPoolExecutor) -> None:
         self.vectors, self.loaded, self.pool = vectors, loaded, pool
 
     def __call__(self, kind: str, queries: np.ndarray, k: int, layer: int | None) -> Hits:
+        exact = self.loaded.exact.get(kind)
+        if exact is not None:
+            return exact.search(queries, k, layer)
         rows = self.vectors.search(self.loaded.collections[kind], queries, k, layer)
         known = self.loaded.view.known(kind)
         return [[(h.id, h.score) for h in row if h.id in known] for row in rows]
@@ -82,8 +89,10 @@ class VersionSearch:
         return self.start(requests)()
 
     def start(self, requests: Sequence[SearchRequest]) -> Callable[[], list[Hits]]:
-        running = [self.pool.submit(self, *r) for r in requests]
-        return lambda: [done.result() for done in running]
+        # Only the store's searches go to the pool: an exact one costs less than the hand-over, and runs
+        # when the hits are collected.
+        running = [None if r[0] in self.loaded.exact else self.pool.submit(self, *r) for r in requests]
+        return lambda: [self(*r) if done is None else done.result() for r, done in zip(requests, running)]
 
 
 class QueryEngine:
@@ -111,7 +120,8 @@ class QueryEngine:
         collections = version.manifest.collections
         for name in collections.values():
             self.vectors.open(name)
-        return Loaded(load_view(version), collections, version, Catalog(version))
+        return Loaded(load_view(version), collections, version, Catalog(version),
+                      exact_searches(version, collections, self.cfg.vector_store.exact_max_rows))
 
     def refresh(self) -> bool:
         """Swap to the version `CURRENT` names when it is newer, or when this reader's lease lapsed (it stalled:
