@@ -30,11 +30,11 @@ from hygraph.core.retrieval.filter import MetadataIndex, PassageFilter
 from hygraph.core.retrieval.filtered import run_filtered
 from hygraph.core.retrieval.modes import ModeUnavailable, Request, retrieve
 from hygraph.core.retrieval.view import IndexView, Points
-from hygraph.errors import InputError, VersionNotReady
+from hygraph.errors import InputError, StoreError, VersionNotReady
 from hygraph.model import Chunk
 from hygraph.store.artifacts import DOCUMENTS
 from hygraph.store.catalog import Catalog
-from hygraph.store.exact import ExactVectors, exact_searches
+from hygraph.store.exact import ExactVectors, exact_searches, store_held
 from hygraph.store.versions import IndexStore, Version
 from hygraph.store.view_loader import load_view, release_freed_memory
 
@@ -120,8 +120,20 @@ class QueryEngine:
         collections = version.manifest.collections
         for name in collections.values():
             self.vectors.open(name)
-        return Loaded(load_view(version), collections, version, Catalog(version),
-                      exact_searches(version, collections, self.cfg.vector_store.exact_max_rows))
+        return Loaded(load_view(version), collections, version, Catalog(version), self._exact(version, collections))
+
+    def _exact(self, version: Version, collections: Mapping[str, str]) -> dict[str, ExactVectors]:
+        """The collections of `version` to search in this process (vector_store.exact_max_rows): those its
+        segments hold the vectors of, and those whose vectors are read from the store here, once."""
+        max_rows = self.cfg.vector_store.exact_max_rows
+        exact = exact_searches(version, collections, max_rows)
+        for kind, ids in store_held(version, collections, max_rows).items():
+            try:
+                exact[kind] = ExactVectors.of(ids, self.vectors.fetch(collections[kind], ids))
+            except StoreError as exc:  # the store searches it then, as it does a larger collection
+                log.warning("version %d: the %s vectors could not be read from the vector store (%s); it "
+                            "searches them", version.version, kind, exc)
+        return exact
 
     def refresh(self) -> bool:
         """Swap to the version `CURRENT` names when it is newer, or when this reader's lease lapsed (it stalled:

@@ -8,10 +8,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hygraph.engine import VersionSearch
+from hygraph.engine import QueryEngine, VersionSearch
+from hygraph.errors import StoreError
 from hygraph.store import exact
-from hygraph.store.artifacts import CHUNKS, SUMMARIES, ChunkRow, SummaryRow
-from hygraph.store.exact import ExactVectors, exact_searches, scores_of, top_rows
+from hygraph.store.artifacts import CHUNKS, RELATIONS, SUMMARIES, ChunkRow, RelationRow, SummaryRow
+from hygraph.store.exact import ExactVectors, exact_searches, scores_of, store_held, top_rows
 from hygraph.store.manifest import Manifest
 from hygraph.store.versions import IndexStore
 
@@ -106,3 +107,28 @@ def test_the_engines_search_answers_small_collections_in_process(tmp_path) -> No
         chunks, relations = search.start([("chunks", q, 1, None), ("relations", q, 2, None)])()
     assert [[i for i, _ in row] for row in chunks] == [["b"]]
     assert relations == [[("r1", 0.5)]]
+
+
+def test_relations_are_searched_in_process_from_vectors_read_from_the_store(tmp_path) -> None:
+    store = IndexStore(tmp_path, create=True)
+    v = store.open(_commit(store, RELATIONS, rows=[RelationRow("r1", "a", "knows", "b", 1.0, ()),
+                                                    RelationRow("r2", "b", "likes", "c", 1.0, ())]))
+    assert store_held(v, {"relations": "col_relations"}, 2) == {"relations": ["r1", "r2"]}
+    assert store_held(v, {"relations": "col_relations"}, 1) == {}
+    vectors = {"r1": [1.0, 0.0], "r2": [0.6, 0.8]}
+
+    class Fetching:
+        def fetch(self, name: str, ids: list[str]) -> np.ndarray:
+            assert name == "col_relations"
+            return np.array([vectors[i] for i in ids], np.float32)
+
+    class Failing:
+        def fetch(self, name: str, ids: list[str]) -> np.ndarray:
+            raise StoreError("no vector for id 'r2'")
+
+    cfg = SimpleNamespace(vector_store=SimpleNamespace(exact_max_rows=10))
+    exact = QueryEngine._exact(SimpleNamespace(cfg=cfg, vectors=Fetching()), v, {"relations": "col_relations"})
+    found = exact["relations"].search(np.array([[0.0, 1.0]], np.float32), 2)[0]
+    assert [(i, round(s, 6)) for i, s in found] == [("r2", 0.8), ("r1", 0.0)]
+    # a collection whose vectors cannot be read is left to the store
+    assert QueryEngine._exact(SimpleNamespace(cfg=cfg, vectors=Failing()), v, {"relations": "col_relations"}) == {}
