@@ -37,7 +37,8 @@ def _store_server(cfg: HygraphConfig, index_dir: str) -> psutil.Process | None:
     vs = cfg.vector_store
     if vs.backend != "milvus" or vs.uri not in (EMBEDDED, LITE):
         return None
-    state = json.loads(((Path(vs.server_dir) if vs.server_dir else Path(index_dir) / "milvus") / "server.json").read_text())
+    data_dir = Path(vs.server_dir) if vs.server_dir else Path(index_dir) / "milvus"
+    state = json.loads((data_dir / "server.json").read_text())
     return psutil.Process(int(state["pid"]))
 
 
