@@ -86,15 +86,25 @@ class Client:
         return out
 
     def wait(self, job_id: str, timeout_s: float = 300.0, poll_s: float = 0.5) -> dict[str, Any]:
-        """Poll a job until it is `done` (returned) or `failed` (ApiError 422 job_failed)."""
+        """Poll a job until it is `done` (returned) or `failed` (ApiError 422 job_failed). A 503 (the store out
+        of reach, or still coming back) is waited out as its Retry-After says, up to `timeout_s`: a poll
+        changes nothing, so asking again is safe."""
         deadline = time.monotonic() + timeout_s
-        while (out := self.job(job_id))["status"] != "done":
+        while True:
+            try:
+                out = self.job(job_id)
+            except ApiError as exc:
+                if exc.status != 503 or time.monotonic() > deadline:
+                    raise
+                time.sleep(min(_seconds(exc.retry_after, poll_s), max(0.0, deadline - time.monotonic())))
+                continue
+            if out["status"] == "done":
+                return out
             if out["status"] == "failed":
                 raise ApiError(422, "job_failed", str(out.get("error", "")))
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} still {out['status']} after {timeout_s:g} s")
             time.sleep(poll_s)
-        return out
 
     def documents(self, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
         """One page of the documents in id order; pass its `next_cursor` for the next (None: the last page)."""
@@ -180,6 +190,12 @@ class Client:
         return resp.json()
 
 
+def _seconds(retry_after: str | None, default: float) -> float:
+    """A Retry-After given in seconds (the service sends no HTTP dates); `default` if absent or unreadable."""
+    try:
+        return max(0.0, float(retry_after)) if retry_after else default
+    except ValueError:
+        return default
 
 
 def _error(resp: httpx.Response) -> ApiError:

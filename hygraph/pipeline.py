@@ -18,7 +18,8 @@ from hygraph.backends.llm.base import LLM, Answer
 from hygraph.config import RetrievalConfig
 from hygraph.core.retrieval.context import Context, ContextItem
 from hygraph.core.retrieval.modes import MODE_NAMES, MODES
-from hygraph.engine import Loaded, QueryEngine
+from hygraph.engine import QueryEngine
+from hygraph.store.reading import Loaded
 from hygraph.errors import InputError
 from hygraph.input_rules import check_filter, check_nonblank_text
 

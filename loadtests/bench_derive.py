@@ -1,8 +1,10 @@
 """A version load's derived structures: full derive against the patch from the previous version's (store/delta.py).
 
-    python loadtests/bench_derive.py --index-dir /tmp/bb/index_m2v_20000 --work /tmp/bench_derive
+    python loadtests/bench_derive.py --index-dir /tmp/bb/index_m2v_20000 --work /tmp/bench_derive [--s3]
 
-The index is never written: its manifests are copied and its segments hard-linked into `--work`, where two
+The index is never written: its manifests are copied and its segments hard-linked into `--work` (with `--s3`:
+uploaded to a SeaweedFS server started on loopback, every segment left in the node's cache as on a node that
+served the version before, so that only the new versions' segments are fetched), where two
 versions are published on top of its current one, as the serving updater writes them (one segment per changed
 artifact, a changed graph node's whole neighbour list): a single-document insert (a copy of one document under
 a new id, linked to the same neighbours, whose rows are rewritten) and then a single-document delete. For each,
@@ -21,12 +23,13 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-
 from hygraph.store import derived, view_loader
 from hygraph.store.artifacts import CHUNKS, DOCUMENTS, GRAPH, LEXICAL_CHUNKS, NODE_CHUNK
+from hygraph.store.objects import open_objects
 from hygraph.store.versions import IndexStore, Version
 
 
@@ -39,6 +42,17 @@ def copy_index(src: Path, dst: Path) -> None:
         shutil.copy2(src / name, dst / name)
     shutil.copytree(src / "versions", dst / "versions")
     subprocess.run(["cp", "-al", str(src / "segments"), str(dst / "segments")], check=True)
+
+
+def upload_index(src: Path, uri: str, cache_dir: str, tmp: Path) -> None:
+    """The index's identity, segments and manifests put under `uri`, `CURRENT` last. Each file goes through the
+    node's cache (a put keeps the writer's copy there), so the base version's segments are local already."""
+    objects = open_objects(uri, cache_dir)
+    files = [p for p in sorted(src.rglob("*")) if p.is_file() and p.relative_to(src).parts[0] in ("segments",
+                                                                                                  "versions")]
+    for path in [src / "index.json", *files, src / "CURRENT"]:
+        shutil.copyfile(path, tmp)
+        objects.put_file(path.relative_to(src).as_posix(), tmp)
 
 
 def _keep_all(w, version: Version, changed: set[str]) -> None:
@@ -107,9 +121,14 @@ def _dir(store: IndexStore, version: int) -> Path:
 
 
 def _timed_load(store: IndexStore, version: int, base: Path | None, backup: Path | None) -> float:
-    """`structures()` of `version` with no files of it on the node and, with `base`, the base's restored."""
+    """`structures()` of `version` with no files of it on the node (on S3 not its segments either) and, with
+    `base`, the base's restored."""
     shutil.rmtree(store.derived_dir, ignore_errors=True)
     store.derived_dir.mkdir(parents=True)
+    cache = getattr(store.objects, "cache", None)
+    if cache is not None:  # on S3: the version's own segments are fetched, as by a reader on another node
+        for copy in (cache.directory / "segments").glob(f"*/{version:06d}-*"):
+            copy.unlink()
     if base is not None and backup is not None:
         shutil.copytree(backup, base)
     v = store.open(version)
@@ -131,11 +150,28 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--out", default="")
+    ap.add_argument("--s3", action="store_true", help="the index on a SeaweedFS server started here (loopback)")
     args = ap.parse_args()
     work = Path(args.work)
-    idx = work / "index"
-    copy_index(Path(args.index_dir), idx)
-    store = IndexStore(idx)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    with ExitStack() as stack:
+        if args.s3:
+            from tests.s3server import seaweedfs
+
+            (work / "weed").mkdir()
+            server = stack.enter_context(seaweedfs(work / "weed"))
+            os.environ.update(server.env())
+            idx = f"s3://{server.bucket}/derive/index"
+            upload_index(Path(args.index_dir), idx, str(work / "cache"), work / "upload.tmp")
+        else:
+            idx = str(work / "index")
+            copy_index(Path(args.index_dir), Path(idx))
+        run(args, IndexStore(idx, cache_dir=str(work / "cache")), work)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, store: IndexStore, work: Path) -> None:
     v0 = store.current_version()
     docs = store.open().table(DOCUMENTS)
     ids = [d for _, d in zip(range(200), docs.ids())]
@@ -145,7 +181,8 @@ def main() -> None:
     nodes = sum(manifest.counts.get(k, 0) for k in ("chunks", "entities", "hyperedges"))
     print(f"index {args.index_dir}: version {v0}, {manifest.counts.get('documents')} documents, "
           f"{manifest.counts.get('chunks')} chunks, ~{nodes} graph nodes; insert -> version {v_ins}, "
-          f"delete -> version {v_del}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+          f"delete -> version {v_del}; {store.uri}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}",
+          flush=True)
 
     # The base files of each version, made once (full) and kept aside.
     backups = work / "backups"
@@ -178,8 +215,7 @@ def main() -> None:
             _same_files(got, _dir(store, version))
             print(f"{label}: the patched files equal a full derive's", flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=1))
-    shutil.rmtree(work, ignore_errors=True)
+        Path(args.out).write_text(json.dumps({"index": args.index_dir, "store": store.uri, **results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ node joins, as an autoscaler would add one; later the S3 server is stopped for `
 Printed and written to `--out`.{json,md}: where each actor ran, failed queries (every one counts, during the
 outage too), writes refused while S3 was away (503 with Retry-After, then retried), read-your-writes checks
 (after a job is done, a query at its version finds an insert and misses a delete), every acknowledged
-document present exactly once at the end, the updater's takeover time, and the bytes each node fetched into
-its segment cache per write against the bytes the writes added to the bucket.
+document present exactly once at the end, the updater's takeover time (kill to the first job done after it), and
+the bytes each node fetched into its segment cache against the bytes written to the bucket during the stream
+(every object that appeared, compaction's included).
 """
 
 from __future__ import annotations
@@ -284,11 +285,11 @@ class Stream:
                 else:
                     doc_id = target
                     job = self.write("DELETE", f"/v1/documents/{doc_id}")
+                entry = {"op": op, "id": doc_id, "job": job, "acked": time.time()}
                 with self.lock:
-                    self.acked.append({"op": op, "id": doc_id, "job": job, "acked": time.time()})
+                    self.acked.append(entry)
                 version = self.done(job)
-                with self.lock:
-                    self.acked[-1]["done"] = time.time()
+                entry["done"] = time.time()  # this writer's own entry: the list's last may be another writer's
                 if version < 0:
                     continue
                 if op == "insert":
@@ -328,13 +329,42 @@ def cache_bytes(home: Path) -> int:
         if root.is_dir() else 0
 
 
-def bucket_bytes() -> int:
+def bucket_objects() -> dict[str, int]:
+    """Every object under the index's prefix now, with its size."""
     import boto3
 
-    total = 0
+    out: dict[str, int] = {}
     for page in boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=PREFIX + "/"):
-        total += sum(o["Size"] for o in page.get("Contents", ()))
-    return total
+        out.update((o["Key"], o["Size"]) for o in page.get("Contents", ()))
+    return out
+
+
+class BucketWatch:
+    """The bytes written to the bucket during the stream: every object seen by a listing every `every_s`
+    seconds that was not there at the start. Net growth would undercount: GC deletes older versions' segments
+    and compaction replaces segments. An object made and deleted between two listings is missed; GC's grace
+    (far longer than `every_s`) keeps that to the journal's short-lived leases."""
+
+    def __init__(self, every_s: float = 2.0) -> None:
+        self.start = bucket_objects()
+        self.seen = dict(self.start)
+        self.every_s = every_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            try:
+                self.seen.update(bucket_objects())
+            except Exception:  # noqa: BLE001 - the S3 outage of the run: list again after it
+                continue
+
+    def written(self) -> int:
+        self.stop.set()
+        self.thread.join()
+        self.seen.update(bucket_objects())
+        return sum(size for key, size in self.seen.items() if key not in self.start)
 
 
 def versions() -> dict[str, Any]:
@@ -375,7 +405,8 @@ def inner(plan_path: Path) -> dict[str, Any]:
     s = Stream(plan)
     s.ready()
     homes = [Path(h) for h in plan["homes"]]
-    before = {"bucket": bucket_bytes(), "cache": [cache_bytes(h) for h in homes]}
+    before = {"cache": [cache_bytes(h) for h in homes]}
+    watch = BucketWatch()
     queriers = [threading.Thread(target=s.querier, args=(i,), daemon=True) for i in range(plan["queriers"])]
     for t in queriers:
         t.start()
@@ -390,7 +421,8 @@ def inner(plan_path: Path) -> dict[str, Any]:
     s.stop.set()
     for t in queriers:
         t.join(120)
-    after = {"placement": placement(), "bucket": bucket_bytes(), "cache": [cache_bytes(h) for h in homes]}
+    after = {"placement": placement(), "cache": [cache_bytes(h) for h in homes]}
+    wrote = watch.written()
     inserted = {a["id"] for a in s.acked if a["op"] == "insert"}
     deleted = {a["id"] for a in s.acked if a["op"] == "delete"}
     listed = s.documents()
@@ -398,11 +430,12 @@ def inner(plan_path: Path) -> dict[str, Any]:
     kill = json.loads((s.work / "kill.done").read_text()) if (s.work / "kill.done").exists() else None
     takeover = None
     if kill:
-        waited = [a["done"] - max(a["acked"], kill["at"]) for a in s.acked if a.get("done") and a["done"] > kill["at"]]
-        takeover = round(min(waited), 1) if waited else None
+        # Until the first job is seen done after the kill: the new updater's first publish (writes kept coming,
+        # so jobs were waiting), within one status poll.
+        after_kill = [a["done"] for a in s.acked if a.get("done") and a["done"] > kill["at"]]
+        takeover = round(min(after_kill) - kill["at"], 1) if after_kill else None
     writes = len(s.acked)
     grown = [after["cache"][i] - before["cache"][i] for i in range(len(homes))]
-    wrote = after["bucket"] - before["bucket"]
     return {
         "writes_acknowledged": writes, "inserts": len(inserted), "deletes": len(deleted),
         "stream_s": round(stream_s, 1),
@@ -415,7 +448,7 @@ def inner(plan_path: Path) -> dict[str, Any]:
         "missing": sorted(inserted - deleted - set(fresh_listed))[:5], "extra": sorted(set(fresh_listed) & deleted)[:5],
         "takeover_s": takeover, "versions": versions(), "placement_before_kill": s.placement,
         "placement_after": after["placement"],
-        "bucket_bytes_added": wrote, "bucket_bytes_per_write": round(wrote / max(writes, 1)),
+        "bucket_bytes_written": wrote, "bucket_bytes_written_per_write": round(wrote / max(writes, 1)),
         "node_cache_bytes_added": {f"node{i}": g for i, g in enumerate(grown) if g},
         "node_fetch_per_write_over_written": {f"node{i}": round(g / max(wrote, 1), 3) for i, g in enumerate(grown)
                                               if g},

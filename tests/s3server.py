@@ -60,17 +60,26 @@ class S3Server:
         with (self.directory / "weed.log").open("a") as log:
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + ready_s
-        while True:
-            try:
-                self.client().create_bucket(Bucket=self.bucket)
-                return
-            except Exception as exc:  # noqa: BLE001 - not answering yet
-                if type(exc).__name__ in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
-                    return  # an earlier try's answer was lost, or a restart on the same data
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"weed server did not start:\n"
-                                       f"{(self.directory / 'weed.log').read_text()[-3000:]}")
-                time.sleep(0.5)
+        while not self._answers():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"weed server did not start:\n{(self.directory / 'weed.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+
+    def _answers(self) -> bool:
+        """Whether the bucket exists and an object round-trips. The bucket alone is not enough: after a restart
+        the filer answers for buckets before the volume server has rejoined, and reads of older objects fail
+        with InternalError until it has."""
+        client = self.client()
+        try:
+            client.create_bucket(Bucket=self.bucket)
+        except Exception as exc:  # noqa: BLE001 - not answering yet, or the bucket is there already
+            if type(exc).__name__ not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                return False
+        try:
+            client.put_object(Bucket=self.bucket, Key=".probe", Body=b"ok")
+            return client.get_object(Bucket=self.bucket, Key=".probe")["Body"].read() == b"ok"
+        except Exception:  # noqa: BLE001 - the volume server has not rejoined yet
+            return False
 
     def stop(self) -> None:
         """SIGTERM, a few seconds, then SIGKILL (it stops slowly)."""

@@ -29,7 +29,8 @@ from hygraph.config import HygraphConfig, load_config
 from hygraph.core import hyperbolic
 from hygraph.core.retrieval.context import Hits, Search
 from hygraph.core.retrieval.view import Points
-from hygraph.engine import Loaded, QueryEngine, VersionSearch
+from hygraph.engine import QueryEngine
+from hygraph.store.reading import Loaded, VersionSearch
 from hygraph.eval.metrics import recall_at_k
 from hygraph.indexing.online import OnlineLearner, install, observation, retrain
 from hygraph.indexing.stages.hyperbolic import explicit_graph
@@ -69,7 +70,7 @@ class LearnedSearch(VersionSearch):
     """The "hyperbolic" search answered exactly from the learner's points; the other kinds from the store."""
 
     def __init__(self, engine: "LearningEngine", loaded: Loaded) -> None:
-        super().__init__(engine.vectors, loaded, engine.search_pool)
+        super().__init__(engine.index.vectors, loaded, engine.search_pool)
         self.engine = engine
 
     def __call__(self, kind: str, queries: np.ndarray, k: int, layer: int | None) -> Hits:
@@ -95,7 +96,7 @@ class LearningEngine(QueryEngine):
             raise SystemExit(f"{index_dir}: index version {self.version} has no hyperbolic embeddings")
         self.graph = explicit_graph(loaded.version)
         ids = self.graph[0]
-        current = hyperbolic.from_storage(self.vectors.fetch(loaded.collections["hyperbolic"], ids))
+        current = hyperbolic.from_storage(self.index.vectors.fetch(loaded.collections["hyperbolic"], ids))
         self.live = MemoryPoints(ids, current, info.M, loaded.view.hyper_neighbours)
         self.refresh_storage()
 

@@ -13,7 +13,6 @@ The build is resumable (indexing/checkpoint.py): each finished stage's outputs a
 from __future__ import annotations
 
 import resource
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,14 @@ from hygraph.backends.llm import make_llm
 from hygraph.config import HygraphConfig
 from hygraph.errors import InputError
 from hygraph.indexing import checkpoint
-from hygraph.indexing.assemble import Assembly, Built, collect_garbage, run_assembler
+from hygraph.indexing.assemble import Assembly, Built, run_assembler
 from hygraph.indexing.checkpoint import Checkpoint, resumable
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages import graph as graph_stage
 from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, lexical, structure, vectors
 from hygraph.model import iter_triples, scan_corpus
 from hygraph.runtime import init_ray
+from hygraph.store.index import Index
 from hygraph.store.objects import is_remote, local_dir_of
 from hygraph.store.versions import IndexStore
 
@@ -135,36 +135,21 @@ def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, A
 
 
 def gc_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, Any]:
-    """`hygraph gc`: what `collect_garbage` removed from `index_dir` and its vector store. The store is
+    """`hygraph gc`: what `Index.collect_garbage` removed from `index_dir` and its vector store. The store is
     connected first: a collection gc hands back while the store is unreachable would be forgotten."""
     store = IndexStore(index_dir, **cfg.store.model_dump())
     if store.uid is None:
         raise InputError(f"--index-dir {index_dir}: not an index directory (no index.json)")
-    vs = vectorstore.connect(cfg.vector_store, store.local_dir)
+    index = Index(cfg, store)
     try:
-        result = collect_garbage(cfg, store, vs)
+        result = index.collect_garbage()
     finally:
-        vs.close()
+        index.close()
     return {"versions_removed": result.versions, "segment_files_removed": result.segment_files,
             "bytes_removed": result.bytes, "collections_dropped": sorted(result.collections),
             "unfinished_builds": result.orphaned}
 
 
 def remove_index(cfg: HygraphConfig, path: str | Path) -> dict[str, Any]:
-    """Drop every vector collection of the index at `path`, then its files (`DELETE /v1/indexes/{name}`, after
-    the registry took it out of sight). The store is connected first: files go only once nothing of the
-    index is left in it."""
-    store = IndexStore(path, cache_dir=cfg.store.cache_dir)
-    names = store.every_collection()
-    vs = vectorstore.connect(cfg.vector_store, store.local_dir)
-    try:
-        for name in sorted(names):
-            vs.drop(name)
-    finally:
-        vs.close()
-    if is_remote(str(path)):
-        store.purge()
-        shutil.rmtree(store.local_dir, ignore_errors=True)  # this node's caches of it (other nodes: their LRU)
-    else:
-        shutil.rmtree(path)
-    return {"collections_dropped": len(names)}
+    """`Index.remove` of the index at `path`, a named index the registry took out of sight."""
+    return {"collections_dropped": Index(cfg, IndexStore(path, cache_dir=cfg.store.cache_dir)).remove()}

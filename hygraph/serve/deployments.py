@@ -210,7 +210,7 @@ class Retriever:
         for name, pipeline in loaded:
             try:
                 # Deleted, or deleted and made again under its name (a new uid): this one is gone.
-                if not self._still(name, pipeline.engine.store):
+                if not self._still(name, pipeline.engine.index.files):
                     with self._named_lock:
                         if self._named.get(name) is pipeline:
                             del self._named[name]
@@ -252,7 +252,7 @@ class Retriever:
         engine = pipeline.engine
         if self.answers.entries == 0 or req.min_version > engine.version:
             return None
-        return CacheKey.of(req.index, engine.store.uid, engine.version, req.mode, req.k, req.filter,
+        return CacheKey.of(req.index, engine.index.files.uid, engine.version, req.mode, req.k, req.filter,
                            req.question)
 
     async def _pipeline_async(self, index: str) -> QueryPipeline:
@@ -318,7 +318,7 @@ class Retriever:
     def check_health(self) -> None:
         """Serve restarts a replica whose store is unreachable (StoreUnavailable)."""
         if self._pipeline is not None:
-            self._pipeline.engine.vectors.ping()
+            self._pipeline.engine.index.vectors.ping()
 
 
 def _uid(path: str) -> str | None:

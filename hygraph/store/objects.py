@@ -309,21 +309,46 @@ def _s3_error(exc: Exception, what: str) -> StoreError:
     return StoreError(f"{what}: {type(exc).__name__}: {exc}")
 
 
+# What boto3 reads an S3 client's endpoint, region and credentials from. A process keeps one client per set of
+# values: making one costs ~15 ms of CPU, a client is safe to share between threads, and a service opens an
+# index's objects per request (an index's info, a named index's quota and location).
+_CLIENT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+               "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE",
+               "AWS_SHARED_CREDENTIALS_FILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE")
+_clients: dict[tuple[str | None, ...], Any] = {}
+_buckets_seen: set[tuple[tuple[str | None, ...], str]] = set()  # (client, bucket) found once: not asked again
+_clients_lock = threading.Lock()
+
+
+def _s3_client() -> tuple[tuple[str | None, ...], Any]:
+    """This process's S3 client for the current environment, and the environment's values (its key)."""
+    env = tuple(os.environ.get(name) for name in _CLIENT_ENV)
+    with _clients_lock:  # a boto3 session is not safe to make clients from on two threads at once
+        client = _clients.get(env)
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            # A session of its own: boto3's default session resolves credentials once per process and would
+            # keep them after the environment changed. Retries with backoff for throttling and dropped
+            # connections; short connect timeout so that an unreachable endpoint is an error in seconds.
+            client = _clients[env] = boto3.session.Session().client(
+                "s3", config=Config(retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=5,
+                                    read_timeout=60))
+        return env, client
+
+
 class S3Objects(Objects):
     def __init__(self, uri: str, cache_dir: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        import boto3
-        from botocore.config import Config
-
         self.bucket, self.prefix = parse_s3(uri)
         self.uri = f"{S3_SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
-        # Retries with backoff for throttling and dropped connections; short connect timeout so that an
-        # unreachable endpoint is an error in seconds, not minutes.
-        self.client = boto3.client("s3", config=Config(retries={"max_attempts": 4, "mode": "standard"},
-                                                        connect_timeout=5, read_timeout=60))
+        env, self.client = _s3_client()
         self.local_dir = local_dir_of(self.uri, cache_dir)
         self.cache = ObjectCache(self.local_dir / "objects", cache_bytes)
         self.uploaded_bytes = 0
-        self._check_bucket()
+        if (env, self.bucket) not in _buckets_seen:
+            self._check_bucket()
+            _buckets_seen.add((env, self.bucket))
 
     def _check_bucket(self) -> None:
         try:

@@ -216,8 +216,6 @@ class IndexRegistry:
         # and the caches of the whole service live there.
         self.root = local_dir_of(self.uri, cache_dir) if self.remote else Path(root)
         self._quota_lock = threading.Lock()  # two writes of one quota from this process: one at a time
-        self._opened: dict[str, Objects] = {}
-        self._opened_lock = threading.Lock()
 
     @cached_property
     def catalog(self) -> DirectoryCatalog | ObjectCatalog:
@@ -282,14 +280,7 @@ class IndexRegistry:
         return IndexInfo(name, documents, current or 0, total)
 
     def _objects(self, name: str) -> Objects:
-        location = self.location(name)
-        if not self.remote:
-            return open_objects(location)
-        with self._opened_lock:  # an S3 client is slow to make: one per index of this registry
-            found = self._opened.get(location)
-            if found is None:
-                found = self._opened[location] = open_objects(location, self.cache_dir)
-            return found
+        return open_objects(self.location(name), self.cache_dir)
 
     def quota(self, name: str) -> dict[str, Any] | None:
         """The limits an admin set on index `name` (`set_quota`); None: the service's default applies."""

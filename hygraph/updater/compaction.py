@@ -79,5 +79,5 @@ class Compactor:
             raise
         self.compactions += 1
         log.info("compacted %s as version %d", manifest.update["compaction"], published)
-        self.publisher.collect_garbage()
+        self.publisher.index.collect_garbage_quietly()
         return {"version": published, **manifest.update}

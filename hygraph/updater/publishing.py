@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from hygraph.backends import vectorstore
+from hygraph.backends.vectorstore import VectorStore
 from hygraph.config import HygraphConfig
 from hygraph.core.hyperbolic import from_storage
 from hygraph.errors import StoreError
@@ -44,6 +44,7 @@ from hygraph.indexing.state import IndexState
 from hygraph.indexing.update import Applied, LiveIndex
 from hygraph.store.artifacts import ARTIFACTS, TERMS
 from hygraph.store import lease
+from hygraph.store.index import Index
 from hygraph.store.journal import bounded_error
 from hygraph.store.lease import LeaseHeld, WriterLease
 from hygraph.store.objects import is_remote
@@ -58,22 +59,26 @@ class UpdaterBusy(StoreError):
 
 
 class Publisher:
-    """The single writer of one live index: its updater lock, file store, vector store connection and the
-    loaded live index, and the one way a change becomes a version."""
+    """The single writer of one live index: its updater lock, the index (store/index.py: its files and vector
+    collections) and the loaded live index, and the one way a change becomes a version."""
 
     def __init__(self, cfg: HygraphConfig, index_dir: str | Path) -> None:
         self.cfg = cfg
         self.store = IndexStore(index_dir, **cfg.store.model_dump())
         self.local_dir = self.store.local_dir  # this node's directory of the index (the managed vector store)
         self._lease: WriterLease | None = None  # the updater lease on object storage (_take_lock)
-        self._unlock = self._take_lock()
+        self._unlock = self._take_lock()  # before the vector store: a second updater starts nothing
         try:
-            self.vectors = vectorstore.connect(cfg.vector_store, self.local_dir)
+            self.index = Index(cfg, self.store)
         except BaseException:
             self._unlock()
             raise
         self.live: LiveIndex | None = None
-        self._reconcile()
+        self.index.finish_retiring()
+
+    @property
+    def vectors(self) -> VectorStore:
+        return self.index.vectors
 
     def _take_lock(self) -> Callable[[], None]:
         """Become the index's one updater (UpdaterBusy when another is); returns what lets go. On object
@@ -103,14 +108,11 @@ class Publisher:
             self._lease.check()
 
     def close(self) -> None:
-        self.vectors.close()
+        self.index.close()
         self._unlock()
 
     def reconnect(self) -> None:
-        """A fresh store connection: a restarted Milvus Lite server listens on a new port, so the old
-        client never recovers on its own (found by loadtests/faults.py --fault store)."""
-        old, self.vectors = self.vectors, vectorstore.connect(self.cfg.vector_store, self.local_dir)
-        old.close()
+        self.index.reconnect()
 
     def load(self) -> LiveIndex:
         """The live index: loaded on start, after a failed change, or when another writer replaced the version."""
@@ -130,11 +132,6 @@ class Publisher:
     def replace(self, live: LiveIndex) -> None:
         """The live index of a version this writer just published without changing its derived state (a compaction)."""
         self.live = live
-
-    def _reconcile(self) -> None:
-        """Finish step 3 of the last published version (a crash may have cut it short)."""
-        manifest = self.store.manifest()
-        self._retire(manifest.collections, manifest.retired)
 
     def publish(self, applied: Applied, journal_offset: int, update: dict[str, Any],
                 hyperbolic_rebuild: tuple[list[str], np.ndarray] | None = None) -> int:
@@ -157,8 +154,8 @@ class Publisher:
         except Exception as exc:  # noqa: BLE001 - the next change reloads what is published
             self.live = None
             log.warning("reopening version %d failed: %s", version, bounded_error(f"{type(exc).__name__}: {exc}"))
-        self._retire(collections, applied.delta.retired)
-        self.collect_garbage()
+        self.index.retire(collections, applied.delta.retired)
+        self.index.collect_garbage_quietly()
         return version
 
     def _commit(self, applied: Applied, journal_offset: int, update: dict[str, Any],
@@ -186,29 +183,6 @@ class Publisher:
             manifest.stats["bytes_written"] = w.bytes_written
             w.commit(manifest, expect_current=state.version)
             return w.version
-
-    def collect_garbage(self) -> None:
-        """Old versions past `keep_versions` and the grace period, the segments only they named, then the
-        collections only they named (a hyperbolic collection a recalibration replaced, a full rebuild's
-        predecessor). Runs after a publish, so a failure is logged, never raised: the next publish collects."""
-        try:
-            for name in self.store.gc(self.cfg.updates.keep_versions, self.cfg.updates.gc_grace_s).collections:
-                self.vectors.drop(name)
-        except Exception as exc:  # noqa: BLE001 - see above
-            log.warning("garbage collection of old versions failed: %s", bounded_error(f"{type(exc).__name__}: {exc}"))
-
-    def _retire(self, collections: dict[str, str], retired: dict[str, list[str]]) -> None:
-        """Step 3: delete rows the published version no longer has. It runs after `CURRENT` moved, so a
-        failure here must not fail the change's jobs: readers already ignore those rows (they keep only
-        ids their version knows), and the next start retries from the manifest's `retired` list. For the
-        same reason nobody waits for the deletes to become visible."""
-        try:
-            for kind, ids in retired.items():
-                if ids and kind in collections:
-                    self.vectors.delete(collections[kind], ids)
-        except Exception as exc:  # noqa: BLE001 - see above
-            log.warning("retiring old vector rows failed (retried at the next start): %s",
-                        bounded_error(f"{type(exc).__name__}: {exc}"))
 
 
 class Points:

@@ -80,7 +80,7 @@ def _assert_retrievable(engine: QueryEngine, doc: Document) -> None:
     chunks = loaded.version.table(CHUNKS)
     assert all(chunks.get(c) is not None for c in expected)
     for kind in ("chunks", "hyperbolic"):
-        assert engine.vectors.fetch(loaded.collections[kind], expected).shape[0] == len(expected)
+        assert engine.index.vectors.fetch(loaded.collections[kind], expected).shape[0] == len(expected)
     first = chunks.get(expected[0])
     query = np.asarray(first.embedding, np.float32)
     ranked = [p.id for p in engine.retrieve(first.text, query, "dense", 5).passages]

@@ -219,7 +219,7 @@ def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collect
         updater.learning.observe(subgraph, vec)
         assert len(updater.learning.learn(max_steps=8)) == 1
         after = read(round1)
-        assert engine.store.current_version() == loaded.view.version  # a step publishes no version
+        assert engine.index.files.current_version() == loaded.view.version  # a step publishes no version
         stored = from_storage(updater.publisher.vectors.fetch(loaded.collections["hyperbolic"], round1))
         np.testing.assert_allclose(after, stored, atol=1e-5)
         assert np.mean(poincare_distance(after, anchor[None, :])) < np.mean(poincare_distance(before, anchor[None, :]))
@@ -244,7 +244,7 @@ def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collect
             {k: v for k, v in loaded.collections.items() if k != "hyperbolic"}
         # The recalibration's own GC spared the replaced version: `engine` still served it, and its reader lease
         # said so (store/lease.py). Now that it serves the new one, GC removes it (keep_versions=1, no grace).
-        served = lease.served_versions(engine.store.objects)
+        served = lease.served_versions(engine.index.files.objects)
         assert updater.publisher.vectors.exists(old) and engine.version in served and loaded.view.version not in served
         collect_garbage(cfg, IndexStore(index_dir), updater.publisher.vectors)
         assert not updater.publisher.vectors.exists(old)

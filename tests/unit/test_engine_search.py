@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from hygraph.backends.vectorstore import Hit
-from hygraph.engine import VersionSearch
+from hygraph.store.reading import VersionSearch
 
 
 class RecordingStore:

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hygraph.engine import QueryEngine, VersionSearch
 from hygraph.errors import StoreError
 from hygraph.store import exact
 from hygraph.store.artifacts import CHUNKS, RELATIONS, SUMMARIES, ChunkRow, RelationRow, SummaryRow
 from hygraph.store.exact import ExactVectors, exact_searches, scores_of, store_held, top_rows
 from hygraph.store.manifest import Manifest
+from hygraph.store.reading import VersionReader, VersionSearch
 from hygraph.store.versions import IndexStore
 
 DIMS = {"text": 2}
@@ -126,9 +126,11 @@ def test_relations_are_searched_in_process_from_vectors_read_from_the_store(tmp_
         def fetch(self, name: str, ids: list[str]) -> np.ndarray:
             raise StoreError("no vector for id 'r2'")
 
-    cfg = SimpleNamespace(vector_store=SimpleNamespace(exact_max_rows=10))
-    exact = QueryEngine._exact(SimpleNamespace(cfg=cfg, vectors=Fetching()), v, {"relations": "col_relations"})
+    def reader(vectors: object) -> SimpleNamespace:
+        return SimpleNamespace(index=SimpleNamespace(vectors=vectors), exact_max_rows=10)
+
+    exact = VersionReader._exact(reader(Fetching()), v, {"relations": "col_relations"})
     found = exact["relations"].search(np.array([[0.0, 1.0]], np.float32), 2)[0]
     assert [(i, round(s, 6)) for i, s in found] == [("r2", 0.8), ("r1", 0.0)]
     # a collection whose vectors cannot be read is left to the store
-    assert QueryEngine._exact(SimpleNamespace(cfg=cfg, vectors=Failing()), v, {"relations": "col_relations"}) == {}
+    assert VersionReader._exact(reader(Failing()), v, {"relations": "col_relations"}) == {}

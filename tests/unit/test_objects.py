@@ -207,6 +207,17 @@ def test_s3_cache_fetches_once_and_keeps_the_bound(s3_env, tmp_path):
     assert cached == ["a", "c"] and reader.cache.fetched_bytes == 300
 
 
+def test_s3_stores_of_one_environment_share_a_client_and_another_environment_gets_its_own(s3_env, monkeypatch,
+                                                                                         tmp_path):
+    first = open_objects(f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}/a", cache_dir=str(tmp_path))
+    second = open_objects(f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}/b", cache_dir=str(tmp_path))
+    assert first.client is second.client
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "another-secret")  # other credentials: never the cached client
+    other = open_objects(f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}/c", cache_dir=str(tmp_path))
+    assert other.client is not first.client
+    assert other.client._request_signer._credentials.secret_key == "another-secret"
+
+
 def test_s3_errors_say_what_is_wrong(s3_env, monkeypatch, tmp_path):
     with pytest.raises(StoreError, match="does not exist"):
         open_objects(f"s3://no-such-bucket-{time.time_ns()}/x", cache_dir=str(tmp_path))
