@@ -110,6 +110,10 @@ class VectorStoreConfig(Section):
     hnsw_ef_construction: int = Field(200, ge=8)
     hnsw_ef_search: int = Field(64, ge=8)
     insert_batch: int = Field(2000, ge=1)
+    # A version's chunks, entities or summaries of at most this many rows are searched exactly in the query
+    # process, over the vectors its mapped segments hold (store/exact.py), instead of by a request to the
+    # store; 0: every search goes to the store.
+    exact_max_rows: int = Field(20_000, ge=0)
     connect_timeout_s: float = Field(10.0, gt=0)
     device: Device = "auto"  # faiss only
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Mapping, Sequence
 
@@ -22,9 +22,10 @@ from hygraph.backends.vectorstore import VectorStore
 from hygraph.core.retrieval.context import Hits, SearchRequest
 from hygraph.core.retrieval.filter import MetadataIndex, PassageFilter
 from hygraph.core.retrieval.view import IndexView
-from hygraph.errors import VersionNotReady
+from hygraph.errors import StoreError, VersionNotReady
 from hygraph.store.artifacts import DOCUMENTS
 from hygraph.store.catalog import Catalog
+from hygraph.store.exact import ExactVectors, exact_searches, store_held
 from hygraph.store.index import Index
 from hygraph.store.versions import Version
 from hygraph.store.view_loader import load_view, release_freed_memory
@@ -41,6 +42,8 @@ class Loaded:
     collections: dict[str, str]
     version: Version
     catalog: Catalog  # its documents and counts, read back (GET /v1/documents, /v1/stats)
+    # The collections searched in this process, over the version's vectors (vector_store.exact_max_rows).
+    exact: Mapping[str, ExactVectors] = field(default_factory=dict)
 
     @cached_property
     def metadata_index(self) -> MetadataIndex:
@@ -54,13 +57,17 @@ class Loaded:
 
 
 class VersionSearch:
-    """`Search` over one loaded version's collections: hits the version does not know (rows a newer or an
-    older version wrote) are dropped."""
+    """`Search` over one loaded version's collections: the small ones exactly in this process (`Loaded.exact`),
+    the others by the vector store, whose hits the version does not know (rows a newer or an older version
+    wrote) are dropped."""
 
     def __init__(self, vectors: VectorStore, loaded: Loaded, pool: ThreadPoolExecutor) -> None:
         self.vectors, self.loaded, self.pool = vectors, loaded, pool
 
     def __call__(self, kind: str, queries: np.ndarray, k: int, layer: int | None) -> Hits:
+        exact = self.loaded.exact.get(kind)
+        if exact is not None:
+            return exact.search(queries, k, layer)
         rows = self.vectors.search(self.loaded.collections[kind], queries, k, layer)
         known = self.loaded.view.known(kind)
         return [[(h.id, h.score) for h in row if h.id in known] for row in rows]
@@ -71,15 +78,19 @@ class VersionSearch:
         return self.start(requests)()
 
     def start(self, requests: Sequence[SearchRequest]) -> Callable[[], list[Hits]]:
-        running = [self.pool.submit(self, *r) for r in requests]
-        return lambda: [done.result() for done in running]
+        # Only the store's searches go to the pool: an exact one costs less than the hand-over, and runs
+        # when the hits are collected.
+        running = [None if r[0] in self.loaded.exact else self.pool.submit(self, *r) for r in requests]
+        return lambda: [self(*r) if done is None else done.result() for r, done in zip(requests, running)]
 
 
 class VersionReader:
-    """The version one reader of `index` serves (`loaded`), named by its lease."""
+    """The version one reader of `index` serves (`loaded`), named by its lease; its collections of at most
+    `exact_max_rows` rows (vector_store.exact_max_rows; 0: none) are searched in this process."""
 
-    def __init__(self, index: Index) -> None:
+    def __init__(self, index: Index, exact_max_rows: int = 0) -> None:
         self.index = index
+        self.exact_max_rows = exact_max_rows
         self.lease = index.files.reader_lease()
         self._swap = threading.Lock()
         self.loaded = self._load(index.files.current_version())
@@ -93,7 +104,19 @@ class VersionReader:
         collections = version.manifest.collections
         for name in collections.values():
             self.index.vectors.open(name)
-        return Loaded(load_view(version), collections, version, Catalog(version))
+        return Loaded(load_view(version), collections, version, Catalog(version), self._exact(version, collections))
+
+    def _exact(self, version: Version, collections: Mapping[str, str]) -> dict[str, ExactVectors]:
+        """The collections of `version` to search in this process: those its segments hold the vectors of, and
+        those whose vectors are read from the store here, once."""
+        exact = exact_searches(version, collections, self.exact_max_rows)
+        for kind, ids in store_held(version, collections, self.exact_max_rows).items():
+            try:
+                exact[kind] = ExactVectors.of(ids, self.index.vectors.fetch(collections[kind], ids))
+            except StoreError as exc:  # the store searches it then, as it does a larger collection
+                log.warning("version %d: the %s vectors could not be read from the vector store (%s); it "
+                            "searches them", version.version, kind, exc)
+        return exact
 
     @property
     def version(self) -> int:

@@ -28,7 +28,7 @@ class RecordingStore:
 def loaded(kinds: list[str]) -> SimpleNamespace:
     known = {kind: {f"col_{kind}-a", f"col_{kind}-b"} for kind in kinds}
     view = SimpleNamespace(known=lambda kind: known[kind])
-    return SimpleNamespace(collections={kind: f"col_{kind}" for kind in kinds}, view=view)
+    return SimpleNamespace(collections={kind: f"col_{kind}" for kind in kinds}, view=view, exact={})
 
 
 def test_many_runs_the_searches_side_by_side_and_answers_in_request_order() -> None:
