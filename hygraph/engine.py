@@ -44,7 +44,7 @@ class QueryEngine:
         # The independent searches of one request (Search.many, Search.start) run side by side here.
         self.search_pool = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="hygraph-search")
         try:
-            self.reader = VersionReader(self.index, cfg.vector_store.exact_max_rows)
+            self.reader = VersionReader(self.index)
         except BaseException:
             self.search_pool.shutdown(wait=False)
             self.index.close()

@@ -86,11 +86,13 @@ class VersionSearch:
 
 class VersionReader:
     """The version one reader of `index` serves (`loaded`), named by its lease; its collections of at most
-    `exact_max_rows` rows (vector_store.exact_max_rows; 0: none) are searched in this process."""
+    `vector_store.exact_max_rows` rows (0: none) are searched in this process: those whose vectors its segments
+    hold, and with `vector_store.exact_from_store` those whose vectors are read from the store at each load."""
 
-    def __init__(self, index: Index, exact_max_rows: int = 0) -> None:
+    def __init__(self, index: Index) -> None:
         self.index = index
-        self.exact_max_rows = exact_max_rows
+        self.exact_max_rows = index.cfg.vector_store.exact_max_rows
+        self.exact_from_store = index.cfg.vector_store.exact_from_store
         self.lease = index.files.reader_lease()
         self._swap = threading.Lock()
         self.loaded = self._load(index.files.current_version())
@@ -110,6 +112,8 @@ class VersionReader:
         """The collections of `version` to search in this process: those its segments hold the vectors of, and
         those whose vectors are read from the store here, once."""
         exact = exact_searches(version, collections, self.exact_max_rows)
+        if not self.exact_from_store:
+            return exact
         for kind, ids in store_held(version, collections, self.exact_max_rows).items():
             try:
                 exact[kind] = ExactVectors.of(ids, self.index.vectors.fetch(collections[kind], ids))

@@ -126,11 +126,12 @@ def test_relations_are_searched_in_process_from_vectors_read_from_the_store(tmp_
         def fetch(self, name: str, ids: list[str]) -> np.ndarray:
             raise StoreError("no vector for id 'r2'")
 
-    def reader(vectors: object) -> SimpleNamespace:
-        return SimpleNamespace(index=SimpleNamespace(vectors=vectors), exact_max_rows=10)
+    def reader(vectors: object, from_store: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(index=SimpleNamespace(vectors=vectors), exact_max_rows=10, exact_from_store=from_store)
 
     exact = VersionReader._exact(reader(Fetching()), v, {"relations": "col_relations"})
     found = exact["relations"].search(np.array([[0.0, 1.0]], np.float32), 2)[0]
     assert [(i, round(s, 6)) for i, s in found] == [("r2", 0.8), ("r1", 0.0)]
-    # a collection whose vectors cannot be read is left to the store
+    # a collection whose vectors cannot be read is left to the store, and so is every one without exact_from_store
     assert VersionReader._exact(reader(Failing()), v, {"relations": "col_relations"}) == {}
+    assert VersionReader._exact(reader(Fetching(), from_store=False), v, {"relations": "col_relations"}) == {}
