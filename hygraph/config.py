@@ -114,9 +114,9 @@ class VectorStoreConfig(Section):
     # process, over the vectors its mapped segments hold (store/exact.py), instead of by a request to the
     # store; 0: every search goes to the store.
     exact_max_rows: int = Field(20_000, ge=0)
-    # Relations and hyperedges too, their vectors read from the store at each version load (12,825 relations:
-    # 1.3 s and 20 MB per replica, at every version an insert publishes): for indexes read far more than written.
-    exact_from_store: bool = False
+    # Relations and hyperedges too, over vectors read from the store: all of them at a reader's first load
+    # (12,825 relations: 1.3 s and 20 MB per replica), then at each newer version only the rows it added.
+    exact_from_store: bool = True
     connect_timeout_s: float = Field(10.0, gt=0)
     device: Device = "auto"  # faiss only
 

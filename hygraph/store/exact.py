@@ -66,6 +66,15 @@ class ExactVectors:
         segments do not hold, read from the store)."""
         return cls([_Part(np.ascontiguousarray(matrix, dtype=np.float32), list(ids), None, None)])
 
+    def by_id(self) -> dict[str, np.ndarray]:
+        """Each live row's vector by its id (views of the held matrices, no copy)."""
+        out: dict[str, np.ndarray] = {}
+        for part in self.parts:
+            for row, item in enumerate(part.ids):
+                if part.live is None or part.live[row]:
+                    out[item] = part.matrix[row]
+        return out
+
     def search(self, queries: np.ndarray, k: int, layer: int | None = None) -> list[list[tuple[str, float]]]:
         """Per query row, the k live rows (of `layer` only, when given) with the largest inner product, best
         first, as (id, score)."""
@@ -128,8 +137,9 @@ def exact_searches(version: Version, kinds: Container[str], max_rows: int) -> di
     return out
 
 
-# The kinds whose vectors only the vector store holds: read from it once per loaded version (12,825 relations of
-# 384 floats: 1.3 s, 20 MB), after which their searches cost the store nothing either.
+# The kinds whose vectors only the vector store holds: read from it when a reader loads its first version (12,825
+# relations of 384 floats: 1.3 s, 20 MB), then only the rows each newer version added, after which their searches
+# cost the store nothing either.
 IN_STORE: dict[str, Artifact[Any]] = {"relations": RELATIONS, "hyperedges": HYPEREDGES}
 
 

@@ -95,9 +95,9 @@ class VersionReader:
         self.exact_from_store = index.cfg.vector_store.exact_from_store
         self.lease = index.files.reader_lease()
         self._swap = threading.Lock()
-        self.loaded = self._load(index.files.current_version())
+        self.loaded = self._load(index.files.current_version(), None)
 
-    def _load(self, number: int | None) -> Loaded:
+    def _load(self, number: int | None, previous: Loaded | None) -> Loaded:
         """Version `number` (None: the index has none yet, an InputError saying so), held by this reader's
         lease before anything of it is read."""
         if number is not None:
@@ -106,21 +106,36 @@ class VersionReader:
         collections = version.manifest.collections
         for name in collections.values():
             self.index.vectors.open(name)
-        return Loaded(load_view(version), collections, version, Catalog(version), self._exact(version, collections))
+        return Loaded(load_view(version), collections, version, Catalog(version),
+                      self._exact(version, collections, previous))
 
-    def _exact(self, version: Version, collections: Mapping[str, str]) -> dict[str, ExactVectors]:
+    def _exact(self, version: Version, collections: Mapping[str, str],
+               previous: Loaded | None = None) -> dict[str, ExactVectors]:
         """The collections of `version` to search in this process: those its segments hold the vectors of, and
-        those whose vectors are read from the store here, once."""
+        those whose vectors are read from the store (only the rows `previous`, the version served before, did
+        not hold: the updater writes a relation's or hyperedge's vector once, when it appears, and a rebuild
+        writes new collections)."""
         exact = exact_searches(version, collections, self.exact_max_rows)
         if not self.exact_from_store:
             return exact
         for kind, ids in store_held(version, collections, self.exact_max_rows).items():
+            if not ids:
+                continue  # nothing to score: the store answers an empty collection as cheaply
+            held = previous.exact.get(kind) if previous is not None and \
+                previous.collections.get(kind) == collections[kind] else None
             try:
-                exact[kind] = ExactVectors.of(ids, self.index.vectors.fetch(collections[kind], ids))
+                exact[kind] = ExactVectors.of(ids, self._vectors(collections[kind], ids, held))
             except StoreError as exc:  # the store searches it then, as it does a larger collection
                 log.warning("version %d: the %s vectors could not be read from the vector store (%s); it "
                             "searches them", version.version, kind, exc)
         return exact
+
+    def _vectors(self, name: str, ids: list[str], held: ExactVectors | None) -> np.ndarray:
+        """The vectors of `ids` in collection `name`, in order: those `held` has reused, the rest read."""
+        known = held.by_id() if held is not None else {}
+        missing = [i for i in ids if i not in known]
+        read = dict(zip(missing, self.index.vectors.fetch(name, missing))) if missing else {}
+        return np.stack([known[i] if i in known else read[i] for i in ids]).astype(np.float32, copy=False)
 
     @property
     def version(self) -> int:
@@ -138,7 +153,7 @@ class VersionReader:
                 log.warning("%s: this reader's lease on version %d lapsed (it stalled past store.lease_s, so garbage "
                             "collection may have removed that version): loading version %d", self.index.uri,
                             self.loaded.view.version, current)
-            self.loaded = self._load(current)
+            self.loaded = self._load(current, self.loaded)
         # The old version's structures go when the last request holding them ends; what is freed by now goes back.
         release_freed_memory()
         return True

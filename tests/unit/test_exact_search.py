@@ -127,7 +127,9 @@ def test_relations_are_searched_in_process_from_vectors_read_from_the_store(tmp_
             raise StoreError("no vector for id 'r2'")
 
     def reader(vectors: object, from_store: bool = True) -> SimpleNamespace:
-        return SimpleNamespace(index=SimpleNamespace(vectors=vectors), exact_max_rows=10, exact_from_store=from_store)
+        out = SimpleNamespace(index=SimpleNamespace(vectors=vectors), exact_max_rows=10, exact_from_store=from_store)
+        out._vectors = lambda *a: VersionReader._vectors(out, *a)
+        return out
 
     exact = VersionReader._exact(reader(Fetching()), v, {"relations": "col_relations"})
     found = exact["relations"].search(np.array([[0.0, 1.0]], np.float32), 2)[0]
@@ -135,3 +137,29 @@ def test_relations_are_searched_in_process_from_vectors_read_from_the_store(tmp_
     # a collection whose vectors cannot be read is left to the store, and so is every one without exact_from_store
     assert VersionReader._exact(reader(Failing()), v, {"relations": "col_relations"}) == {}
     assert VersionReader._exact(reader(Fetching(), from_store=False), v, {"relations": "col_relations"}) == {}
+
+
+def test_a_newer_version_reads_only_the_rows_the_served_one_did_not_hold(tmp_path) -> None:
+    store = IndexStore(tmp_path, create=True)
+    v = store.open(_commit(store, RELATIONS, rows=[RelationRow("r1", "a", "knows", "b", 1.0, ()),
+                                                    RelationRow("r3", "c", "likes", "d", 1.0, ())]))
+    vectors = {"r1": [1.0, 0.0], "r2": [0.6, 0.8], "r3": [0.0, 1.0]}
+    asked: list[list[str]] = []
+
+    class Fetching:
+        def fetch(self, name: str, ids: list[str]) -> np.ndarray:
+            asked.append(list(ids))
+            return np.array([vectors[i] for i in ids], np.float32)
+
+    reader = SimpleNamespace(index=SimpleNamespace(vectors=Fetching()), exact_max_rows=10, exact_from_store=True)
+    reader._vectors = lambda *a: VersionReader._vectors(reader, *a)
+    before = ExactVectors.of(["r1", "r2"], np.array([[1.0, 0.0], [0.6, 0.8]], np.float32))
+    served = SimpleNamespace(collections={"relations": "col_relations"}, exact={"relations": before})
+    exact = VersionReader._exact(reader, v, {"relations": "col_relations"}, served)
+    assert asked == [["r3"]]  # r1 reused, r2 gone with its row, r3 new
+    found = exact["relations"].search(np.array([[0.0, 1.0]], np.float32), 3)[0]
+    assert [(i, round(s, 6)) for i, s in found] == [("r3", 1.0), ("r1", 0.0)]
+    asked.clear()  # another collection (a rebuild's): every row read again
+    VersionReader._exact(reader, v, {"relations": "col2_relations"}, served)
+    assert asked == [["r1", "r3"]]
+
