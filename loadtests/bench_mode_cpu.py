@@ -30,6 +30,7 @@ from hygraph.config import HygraphConfig, load_config  # noqa: E402
 from hygraph.core.retrieval.modes import MODE_NAMES  # noqa: E402
 from hygraph.engine import QueryEngine  # noqa: E402
 from hygraph.pipeline import QueryPipeline, QueryRequest  # noqa: E402
+from loadtests.common import tree_cpu_s  # noqa: E402
 
 
 def _store_server(cfg: HygraphConfig, index_dir: str) -> psutil.Process | None:
@@ -40,20 +41,6 @@ def _store_server(cfg: HygraphConfig, index_dir: str) -> psutil.Process | None:
     data_dir = Path(vs.server_dir) if vs.server_dir else Path(index_dir) / "milvus"
     state = json.loads((data_dir / "server.json").read_text())
     return psutil.Process(int(state["pid"]))
-
-
-def _tree_cpu_s(root: psutil.Process | None) -> float:
-    """User + system CPU seconds of `root` and its descendants (0 without a server)."""
-    if root is None:
-        return 0.0
-    total = 0.0
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            continue
-    return total
 
 
 def main() -> None:
@@ -70,11 +57,15 @@ def main() -> None:
     engine = QueryEngine(cfg, args.index_dir)
     pipeline = QueryPipeline(engine)
     server = _store_server(cfg, args.index_dir)
+
+    def store_cpu_s() -> float:  # the store server's tree (0 without a managed server)
+        return tree_cpu_s([server.pid]) if server is not None else 0.0
+
     try:
         for mode in [args.profile] if args.profile else args.modes.split(","):
             pipeline.retrieve(QueryRequest.make(cfg.retrieval, questions[0], mode))  # warm-up: lazy loads
             profile = cProfile.Profile(timer=time.process_time) if args.profile else None
-            cpu, wall, store_cpu = time.process_time(), time.perf_counter(), _tree_cpu_s(server)
+            cpu, wall, store_cpu = time.process_time(), time.perf_counter(), store_cpu_s()
             if profile:
                 profile.enable()
             for q in questions:
@@ -83,7 +74,7 @@ def main() -> None:
                 profile.disable()
                 pstats.Stats(profile).sort_stats("tottime").print_stats(25)
             n = len(questions)
-            store_ms = (_tree_cpu_s(server) - store_cpu) / n * 1e3
+            store_ms = (store_cpu_s() - store_cpu) / n * 1e3
             cpu_ms = (time.process_time() - cpu) / n * 1e3
             print(json.dumps({"mode": mode, "cpu_ms_per_query": round(cpu_ms, 2),
                               "store_cpu_ms_per_query": round(store_ms, 2),

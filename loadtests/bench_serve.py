@@ -46,7 +46,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python loadtest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # local Ray on loopback, before ray loads
 
 import httpx  # noqa: E402
-import psutil  # noqa: E402
 from ray import serve  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 
@@ -55,7 +54,7 @@ from hygraph.core.retrieval.modes import MODE_NAMES  # noqa: E402
 from hygraph.runtime import init_ray  # noqa: E402
 from hygraph.model import load_questions  # noqa: E402
 from hygraph.serve.app import APP_NAME, build_app  # noqa: E402
-from loadtests.common import free_port, pcts  # noqa: E402
+from loadtests.common import free_port, pcts, tree_cpu_s  # noqa: E402
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "split": {"serve": {"embedding": "deployment", "answer": "deployment"}},
@@ -69,26 +68,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
 class Echo:
     async def __call__(self, request: Request) -> dict[str, Any]:
         return await request.json()
-
-
-def _service_cpu_s(roots: list[int] | None = None) -> float:
-    """CPU seconds of this process and everything it started (Ray, Serve, the vector store), or of the
-    process trees of `roots` only."""
-    procs: list[psutil.Process] = []
-    for pid in roots or [os.getpid()]:
-        try:
-            root = psutil.Process(pid)
-            procs += [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            continue
-    return total
 
 
 class Wrk:
@@ -105,11 +84,11 @@ class Wrk:
                           f"  return wrk.format('POST', '{path}', {{['Content-Type'] = 'application/json'}}, "
                           f"bodies[(i % #bodies) + 1])\nend\n")
         threads = min(concurrency, 2)
-        cpu0 = _service_cpu_s(cpu_roots)
+        cpu0 = tree_cpu_s(cpu_roots)
         out = subprocess.run(["wrk", f"-t{threads}", f"-c{concurrency}", f"-d{seconds:g}s", "--latency",
                               "--timeout", "60s", "-s", str(script), base or self.base], capture_output=True,
                              text=True, check=True).stdout
-        cpu = _service_cpu_s(cpu_roots) - cpu0
+        cpu = tree_cpu_s(cpu_roots) - cpu0
         return _parse_wrk(out, cpu)
 
 
@@ -160,9 +139,9 @@ class HttpxLoad:
                     errors += not ok
                     i += concurrency
 
-            cpu0, t0 = _service_cpu_s(cpu_roots), time.perf_counter()
+            cpu0, t0 = tree_cpu_s(cpu_roots), time.perf_counter()
             await asyncio.gather(*(worker(i) for i in range(concurrency)))
-            wall, cpu = time.perf_counter() - t0, _service_cpu_s(cpu_roots) - cpu0
+            wall, cpu = time.perf_counter() - t0, tree_cpu_s(cpu_roots) - cpu0
         p = pcts(ms)
         return {"qps": round(len(ms) / wall, 1), "p50_ms": p["p50_ms"], "p99_ms": p["p99_ms"], "requests": len(ms),
                 "errors": errors, "cpu_ms_per_query": round(1e3 * cpu / max(len(ms), 1), 2)}

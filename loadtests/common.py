@@ -494,3 +494,23 @@ def _kill(p: psutil.Process) -> None:
         p.kill()
     except psutil.NoSuchProcess:
         pass
+
+
+def tree_cpu_s(roots: list[int] | None = None) -> float:
+    """User + system CPU seconds of this process and everything it started (Ray, Serve, the vector store), or
+    of the process trees of `roots` only."""
+    procs: list[psutil.Process] = []
+    for pid in roots or [os.getpid()]:
+        try:
+            root = psutil.Process(pid)
+            procs += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
