@@ -607,7 +607,12 @@ def test_hyperbolic_queries_feed_the_online_learner_and_recalibration_is_on_dema
     """HyperRAG §3.3 over HTTP: a hyperbolic query reaches the updater as an L_inc step; a requested
     recalibration publishes a version the Retriever moves to, with no failed query meanwhile."""
     url = server["url"]
-    steps = httpx.get(url + "/v1/updater", headers=AUTH).json()["online"]["steps"]
+    deadline = time.monotonic() + 120
+    # Run first (alone), the updater may still be loading its models: its status has no learner yet.
+    while "online" not in (status := httpx.get(url + "/v1/updater", headers=AUTH).json()):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    steps = status["online"]["steps"]
     server["client"].query(QUESTION, mode="hyperbolic")
     deadline = time.monotonic() + 30
     while (online := httpx.get(url + "/v1/updater", headers=AUTH).json()["online"])["steps"] == steps:
