@@ -11,7 +11,8 @@ after a share of the writes the worker node running the updater is killed (SIGKI
 node joins, as an autoscaler would add one; later the S3 server is stopped for `--outage-s` seconds.
 
 Printed and written to `--out`.{json,md}: where each actor ran, failed queries (every one counts, during the
-outage too), writes refused while S3 was away (503 with Retry-After, then retried), read-your-writes checks
+outage too), writes refused (503 with Retry-After, then retried), the status of each write a prober asks for while
+S3 is away (the writers are waiting on their jobs then; each must be a 503 with Retry-After), read-your-writes checks
 (after a job is done, a query at its version finds an insert and misses a delete), every acknowledged
 document present exactly once at the end, the updater's takeover time (kill to the first job done after it), and
 the bytes each node fetched into its segment cache against the bytes written to the bucket during the stream
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +151,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 say(TAG, f"stopping S3 for {args.outage_s:g} s")
                 stopped = time.time()
                 RayCluster.kill(weed)
+                (work / "outage.started").write_text(str(stopped))
                 time.sleep(args.outage_s)
                 weed = start_weed(cluster, work)
                 events["outage"] = {"from": stopped, "to": time.time()}
@@ -191,6 +194,7 @@ class Stream:
         self.ryw_503 = 0  # read-your-writes queries answered 503 (S3 away), asked again
         self.placement: dict[str, list[str]] = {}  # just before the updater's node is killed
         self.failed_jobs: list[str] = []
+        self.outage_writes: list[dict[str, Any]] = []  # the prober's writes while S3 was away
 
     def ready(self, timeout_s: float = 900) -> None:
         deadline = time.monotonic() + timeout_s
@@ -234,6 +238,31 @@ class Stream:
             with self.lock:
                 self.ryw_503 += 1
             time.sleep(float(r.headers.get("retry-after", "1")))
+
+    def outage_prober(self) -> None:
+        """Writes while S3 is away: the writers are waiting on their jobs then (no job is applied without the
+        bucket), so this one asks, every 2 s from the server's stop to its return, to insert a document of its
+        own. Each must be a 503 with Retry-After; one accepted anyway counts as acknowledged, so the check at
+        the end looks for it."""
+        started, done = self.work / "outage.started", self.work / "outage.done"
+        while not started.exists() and not self.stop.is_set():
+            time.sleep(0.2)
+        n = 0
+        while not done.exists() and not self.stop.is_set():
+            doc = {"id": f"outage-probe-{n}", "title": f"Outage probe {n}",
+                   "text": f"Outage probe {n} was written while the object store was stopped."}
+            try:
+                r = self.http.post("/v1/documents", json={"documents": [doc]})
+                got = {"status": r.status_code, "retry_after": r.headers.get("retry-after")}
+                if r.status_code == 202:
+                    with self.lock:
+                        self.acked.append({"op": "insert", "id": doc["id"], "job": r.json()["job_id"],
+                                           "acked": time.time()})
+            except Exception as exc:  # noqa: BLE001 - recorded: a write must be answered, not dropped
+                got = {"status": 0, "error": type(exc).__name__}
+            self.outage_writes.append(got)
+            n += 1
+            time.sleep(2)
 
     def querier(self, seed: int) -> None:
         rng = random.Random(seed)
@@ -410,6 +439,8 @@ def inner(plan_path: Path) -> dict[str, Any]:
     queriers = [threading.Thread(target=s.querier, args=(i,), daemon=True) for i in range(plan["queriers"])]
     for t in queriers:
         t.start()
+    prober = threading.Thread(target=s.outage_prober, daemon=True)
+    prober.start()
     per = [plan["fresh"][w::plan["writers"]] for w in range(plan["writers"])]
     writers = [threading.Thread(target=s.writer, args=(w, docs)) for w, docs in enumerate(per)]
     t0 = time.time()
@@ -442,6 +473,9 @@ def inner(plan_path: Path) -> dict[str, Any]:
         "queries": len(s.query_ms) + len(s.failed_queries), "failed_queries": len(s.failed_queries),
         "failed_query_samples": s.failed_queries[:5], "query_ms": pcts(s.query_ms),
         "writes_refused_503": len(s.refused), "failed_jobs": s.failed_jobs[:5],
+        "outage_writes": dict(Counter(str(w["status"]) for w in s.outage_writes)),
+        "outage_503_without_retry_after": sum(1 for w in s.outage_writes
+                                              if w["status"] == 503 and not w["retry_after"]),
         "read_your_writes_misses": len(s.ryw), "ryw_samples": s.ryw[:5], "read_your_writes_503_retried": s.ryw_503,
         "present_exactly_once": sorted(fresh_listed) == sorted(inserted - deleted)
         and len(fresh_listed) == len(set(fresh_listed)),
