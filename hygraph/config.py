@@ -62,6 +62,11 @@ class EmbedderConfig(Section):
     # passages (it is faster on them: docs/bench/embedder_runtime.md) and GPUs.
     runtime: Literal["auto", "torch", "onnx"] = "auto"
     onnx_dir: str = ""  # "": ~/.cache/hygraph/onnx
+    # The ONNX question encoder's weights: "float32" (the same vectors as torch's), or "int8" (dynamic
+    # quantization of the exported graph, written once next to it): about half the CPU per question, but
+    # question vectors only within cosine ~0.99 of float32's, so some ranked passages change (recall on the
+    # dev sets: docs/bench/embedder_int8.md). Only questions: the index's vectors stay float32.
+    question_weights: Literal["float32", "int8"] = "float32"
 
 
 class LLMConfig(Section):

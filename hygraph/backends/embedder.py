@@ -37,7 +37,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 class Embedder(Protocol):
     dim: int
     max_seq_length: int
-    precision: str  # the arithmetic its vectors come from: "float32" or "bfloat16"
+    precision: str  # the arithmetic its vectors come from: "float32", "bfloat16" or "int8" (ONNX questions)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalized float32 rows, one per text."""
@@ -242,10 +242,14 @@ def make_embedder(cfg: EmbedderConfig, threads: float | None = None, workload: W
     model: Embedder
     if is_static_model(path):
         model = StaticEmbedder(path)
+    elif workload == "questions" and cfg.question_weights == "int8" and not _runs_in_onnx(cfg, path, workload):
+        raise ConfigError("embedder.question_weights: int8 is ONNX Runtime's; questions here run in torch "
+                          "(set embedder.runtime: onnx, on a CPU, with precision float32 or auto)")
     elif _runs_in_onnx(cfg, path, workload):
         from hygraph.backends.onnx_embedder import OnnxEmbedder
 
-        model = OnnxEmbedder(cfg, path, threads=threads)
+        model = OnnxEmbedder(cfg, path, threads=threads,
+                             int8=workload == "questions" and cfg.question_weights == "int8")
     else:
         model = SentenceTransformerEmbedder(cfg, threads=threads)
     if cfg.cache_dir is None:

@@ -82,6 +82,29 @@ def test_the_onnx_runtime_gives_the_torch_vectors_without_torch_arithmetic():
                           OnnxEmbedder)
 
 
+def test_int8_question_weights_are_quantized_once_for_questions_only(tmp_path):
+    """`embedder.question_weights: int8`: the question encoder runs a quantized copy of the exported graph, made
+    once next to it; its vectors stay close to float32's (the ranked passages may change: opt-in), and nothing
+    but the question workload uses it."""
+    from hygraph.backends.onnx_embedder import OnnxEmbedder
+    from hygraph.errors import ConfigError
+
+    texts = ["Which magazine was started first, Arthur's Magazine or First for Women?", "a b",
+             "Who directed the film that won the award in 1999?"]
+    cfg = EmbedderConfig(precision="float32", device="cpu", onnx_dir=str(tmp_path), question_weights="int8")
+    q8 = make_embedder(cfg, workload="questions")
+    assert isinstance(q8, OnnxEmbedder) and q8.precision == "int8"
+    assert sorted(p.name for p in tmp_path.glob("*/*.onnx")) == ["model.int8.onnx", "model.onnx"]
+    f32 = make_embedder(cfg, workload="short")
+    assert f32.precision == "float32"
+    a, b = q8.encode(texts), f32.encode(texts)
+    cos = (a * b).sum(axis=1)
+    assert a.dtype == np.float32 and 0.98 < cos.min() < 0.99999  # close, and really quantized
+    with pytest.raises(ConfigError, match="question_weights"):
+        make_embedder(EmbedderConfig(precision="bfloat16", device="cpu", question_weights="int8"),
+                      workload="questions")
+
+
 def test_only_mean_pooled_transformers_run_in_onnx(tmp_path):
     import json
 
