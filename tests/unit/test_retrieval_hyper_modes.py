@@ -289,6 +289,37 @@ def test_hypergraph_uses_three_searches() -> None:
     assert all(len(rows) == 1 for _, rows, _ in search.calls)
 
 
+class CountingMap(dict):
+    """A view field that counts the reads of each key (the served view decodes every read from the columns)."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.reads: dict[str, int] = {}
+
+    def __getitem__(self, key):
+        self.reads[key] = self.reads.get(key, 0) + 1
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.reads[key] = self.reads.get(key, 0) + 1
+        return super().get(key, default)
+
+
+def test_hypergraph_reads_each_items_score_members_and_chunks_once() -> None:
+    view, search = entity_fixture()
+    names = ("entity_score", "entity_chunks", "hyperedge_score", "hyperedge_entities", "hyperedge_chunks")
+    for name in names:
+        setattr(view, name, CountingMap(getattr(view, name)))
+    ctx = run_hypergraph(view, search)
+    # alpha reaches h1 and h2, h1 reaches zed, zed reaches h3 (...): each met several times, each read once,
+    # the sources of every entity and hyperedge included.
+    assert {u for u, _ in scores(ctx.entities)} >= {"alpha", "zed"} and len(ctx.hyperedges) >= 2
+    for it in (*ctx.entities, *ctx.hyperedges):
+        list(it.sources)  # resolved, as the prompt resolves the kept ones
+    for name in names:
+        assert set(getattr(view, name).reads.values()) == {1}, name
+
+
 # ---------------------------------------------------------------- hyperbolic
 
 H_QUESTION = "Where was the director of Alpha born?"

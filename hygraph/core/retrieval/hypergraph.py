@@ -29,7 +29,7 @@ chunks score in (0, 1] like the entity and hyperedge items they share a prompt b
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -60,24 +60,33 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     [entity_hits] = search("entities", entity_query[None, :], k_v, None)
     edge_hits, dense_hits = (hits[0] for hits in question_searches())
 
-    retrieved_entities = _scored_above(entity_hits, view.entity_score, tau_v)
-    edge_score = _scored_above(edge_hits, view.hyperedge_score, tau_h)
+    # Each view lookup decodes from the mapped columns (microseconds each) and the expansion meets the same
+    # hyperedges and hub entities many times: every item's extraction score, members and chunks are read once
+    # per query (`_Reads`). The additions below keep the order of the plain loops, so the sums and ties are
+    # the same.
+    reads = _Reads(view)
+    retrieved_entities = _scored_above(entity_hits, reads.entity_score, tau_v)
+    edge_score = _scored_above(edge_hits, reads.edge_score, tau_h)
     for v, s in retrieved_entities.items():
         for e in view.entity_hyperedges.get(v, ()):
-            _keep_max(edge_score, e, s * view.hyperedge_score[e])
+            value = s * reads.edge_score(e)
+            if value > edge_score.get(e, -np.inf):
+                edge_score[e] = value
     entity_score = dict(retrieved_entities)
     for e, s in edge_score.items():
-        for u in view.hyperedge_entities[e]:
-            _keep_max(entity_score, u, s * view.entity_score[u])
+        for u in reads.members(e):
+            value = s * reads.entity_score(u)
+            if value > entity_score.get(u, -np.inf):
+                entity_score[u] = value
 
     evidence: dict[str, float] = {}
     for e, s in edge_score.items():
-        _spread(evidence, view.hyperedge_chunks.get(e, ()), s)
+        _spread(evidence, reads.edge_chunks(e), s)
     for u, s in entity_score.items():
-        _spread(evidence, view.entity_chunks.get(u, ()), s)
+        _spread(evidence, reads.entity_chunks(u), s)
 
     dense_ranking = [cid for cid, _ in dense_hits]
-    graph_ranking = sorted(evidence, key=lambda cid: -evidence[cid])
+    graph_ranking = sorted(evidence, key=evidence.__getitem__, reverse=True)  # stable: ties in insertion order
     if dense_ranking:
         graph_ranking = [dense_ranking[0], *(cid for cid in graph_ranking if cid != dense_ranking[0])]
     fused = _reciprocal_rank_fusion(dense_ranking, graph_ranking)
@@ -93,37 +102,39 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     return Context(
         chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], place[cid][1], (kept[cid],))
                 for cid in sorted(kept, key=lambda cid: place[cid][0])],
-        entities=[ContextItem(u, "entity", _entity_text(view, u), s, doc_of.lazy(view.entity_chunks, u))
+        entities=[ContextItem(u, "entity", _entity_text(view, u), s, doc_of.lazy(reads.entity_chunks(u)))
                   for u, s in _best_first(entity_score)],
-        hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s, doc_of.lazy(view.hyperedge_chunks, e),
-                                links=tuple(view.hyperedge_entities[e]))
+        hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s, doc_of.lazy(reads.edge_chunks(e)),
+                                links=tuple(reads.members(e)))
                     for e, s in _best_first(edge_score)],
         passages=passages,
         notes={"question_entities": list(spans)},
     )
 
 
-def _scored_above(hits: list[tuple[str, float]], extraction_score: dict[str, float], tau: float) -> dict[str, float]:
+def _scored_above(hits: list[tuple[str, float]], extraction_score: Callable[[str], float],
+                  tau: float) -> dict[str, float]:
     """Eq. 8 / 9: similarity x extraction score, kept when above tau, best first."""
-    scored = ((item_id, sim * extraction_score[item_id]) for item_id, sim in hits)
+    scored = ((item_id, sim * extraction_score(item_id)) for item_id, sim in hits)
     return dict(sorted(((i, s) for i, s in scored if s > tau), key=lambda pair: -pair[1]))
 
 
-def _keep_max(scores: dict[str, float], key: str, value: float) -> None:
-    if value > scores.get(key, float("-inf")):
-        scores[key] = value
-
-
-def _spread(evidence: dict[str, float], chunk_ids: list[str] | tuple[str, ...], score: float) -> None:
+def _spread(evidence: dict[str, float], chunk_ids: Sequence[str], score: float) -> None:
+    if not chunk_ids:
+        return
+    share = score / len(chunk_ids)
+    get = evidence.get
     for cid in chunk_ids:
-        evidence[cid] = evidence.get(cid, 0.0) + score / len(chunk_ids)
+        evidence[cid] = get(cid, 0.0) + share
 
 
 def _reciprocal_rank_fusion(dense_ranking: list[str], graph_ranking: list[str]) -> list[tuple[str, float]]:
-    dense_rank = {cid: r for r, cid in enumerate(dense_ranking, 1)}
+    # One addition per chunk of both lists (the dense list is k long, the graph list hundreds).
     graph_rank = {cid: r for r, cid in enumerate(graph_ranking, 1)}
-    fused = {cid: sum(1.0 / (_RRF_C + rank[cid]) for rank in (dense_rank, graph_rank) if cid in rank)
-             for cid in dict.fromkeys([*dense_ranking, *graph_ranking])}
+    dense_rank = {cid: r for r, cid in enumerate(dense_ranking, 1)}
+    fused = {cid: 1.0 / (_RRF_C + r) for cid, r in graph_rank.items()}
+    for cid, r in dense_rank.items():
+        fused[cid] = 1.0 / (_RRF_C + r) + fused.get(cid, 0.0)
     top = 2.0 / (_RRF_C + 1)
     order = sorted(fused, key=lambda cid: (-fused[cid], dense_rank.get(cid, np.inf), graph_rank.get(cid, np.inf)))
     return [(cid, fused[cid] / top) for cid in order]
@@ -155,6 +166,48 @@ class _DocOf:
         """The passages of the chunks, first-mention order, each once."""
         return tuple(dict.fromkeys(map(self, chunk_ids)))
 
-    def lazy(self, chunks_of: Mapping[str, Sequence[str]], item_id: str) -> LazySources:
-        """`of_all` of the item's chunks, when read: most of the expansion's items miss the prompt budget."""
-        return LazySources(lambda: self.of_all(chunks_of.get(item_id, ())))
+    def lazy(self, chunk_ids: Sequence[str]) -> LazySources:
+        """`of_all` of an item's chunks, when read: most of the expansion's items miss the prompt budget."""
+        return LazySources(lambda: self.of_all(chunk_ids))
+
+
+class _Reads:
+    """The view's entity and hyperedge fields that the expansion reads, each item's read once per query."""
+
+    def __init__(self, view: IndexView) -> None:
+        self.view = view
+        self._entity_score: dict[str, float] = {}
+        self._edge_score: dict[str, float] = {}
+        self._members: dict[str, Sequence[str]] = {}
+        self._entity_chunks: dict[str, Sequence[str]] = {}
+        self._edge_chunks: dict[str, Sequence[str]] = {}
+
+    def entity_score(self, u: str) -> float:
+        got = self._entity_score.get(u)
+        if got is None:
+            got = self._entity_score[u] = self.view.entity_score[u]
+        return got
+
+    def edge_score(self, e: str) -> float:
+        got = self._edge_score.get(e)
+        if got is None:
+            got = self._edge_score[e] = self.view.hyperedge_score[e]
+        return got
+
+    def members(self, e: str) -> Sequence[str]:
+        got = self._members.get(e)
+        if got is None:
+            got = self._members[e] = self.view.hyperedge_entities[e]
+        return got
+
+    def entity_chunks(self, u: str) -> Sequence[str]:
+        got = self._entity_chunks.get(u)
+        if got is None:
+            got = self._entity_chunks[u] = self.view.entity_chunks.get(u, ())
+        return got
+
+    def edge_chunks(self, e: str) -> Sequence[str]:
+        got = self._edge_chunks.get(e)
+        if got is None:
+            got = self._edge_chunks[e] = self.view.hyperedge_chunks.get(e, ())
+        return got
