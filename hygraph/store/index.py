@@ -13,8 +13,8 @@ index). `Index` holds both, so what spans them has one home:
   and those of writers that died before publishing, whose records are then forgotten;
 - the connection: a restarted embedded Milvus listens on a new port, so a writer reconnects.
 
-The full build and `create_empty_index` (indexing/) publish through it; the updater's publisher and compaction,
-`hygraph gc` and the removal of a named index go through it; readers open versions through it
+The full build and `create_empty_index` (indexing/), the updater's publisher and compaction (updater/) publish
+through it; `hygraph gc` and the removal of a named index go through it; readers open versions through it
 (store/reading.py).
 """
 
@@ -126,19 +126,6 @@ class Index:
             if ids and kind in manifest.collections:
                 self.vectors.delete(manifest.collections[kind], ids)
 
-    def retire(self, collections: dict[str, str], retired: dict[str, list[str]]) -> None:
-        """Delete the vector rows a published version no longer has (`retired`, per kind). It runs after
-        `CURRENT` moved, so a failure is logged, never raised: readers already ignore those rows (they keep
-        only ids their version knows), and the writer's next start retries from the manifest. For the same
-        reason nobody waits for the deletes to become visible."""
-        try:
-            for kind, ids in retired.items():
-                if ids and kind in collections:
-                    self.vectors.delete(collections[kind], ids)
-        except Exception as exc:  # noqa: BLE001 - see above
-            log.warning("retiring old vector rows failed (retried at the next start): %s",
-                        bounded_error(f"{type(exc).__name__}: {exc}"))
-
     def finish_retiring(self) -> None:
         """Retire what the current version's writer may not have finished (it crashed after publishing); a
         failure is logged, never raised (the next start retries)."""
@@ -154,14 +141,6 @@ class Index:
             self.vectors.drop(name)
         self.files.forget_collections(result.orphaned)
         return result
-
-    def collect_garbage_quietly(self) -> None:
-        """`collect_garbage` after a publish: a failure is logged, never raised (the change is published
-        already; the next publish collects)."""
-        try:
-            self.collect_garbage()
-        except Exception as exc:  # noqa: BLE001 - see above
-            log.warning("garbage collection of old versions failed: %s", bounded_error(f"{type(exc).__name__}: {exc}"))
 
     def remove(self) -> int:
         """Drop every vector collection of the index, then its files (`DELETE /v1/indexes/{name}`, after the
