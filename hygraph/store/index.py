@@ -97,10 +97,12 @@ class Index:
             self._published(w.committed, warn)
 
     def _drop_unpublished(self, version: int) -> None:
-        # A commit that failed after its manifest landed still published the version: it keeps them.
-        if self.files.is_published(version):
+        names = self.files.recorded_collections(version)
+        # Most failed changes created no collection: nothing more to ask the store. A commit that failed
+        # after its manifest landed still published the version: it keeps them.
+        if not names or self.files.is_published(version):
             return
-        for name in sorted(self.files.recorded_collections(version)):
+        for name in sorted(names):
             self.vectors.drop(name)
         self.files.forget_collections([version])
 
