@@ -78,18 +78,18 @@ def assemble(job: Assembly, stages: Stages, before_commit: Callable[[], None] = 
     built = Built(docs, ing)
     store = IndexStore(job.index_dir, **cfg.store.model_dump())
     index = Index(cfg, store)
-    vs = index.vectors
-    writer: vectors.CollectionWriter | None = None
     try:
         previous = store.current_version()
         # Journal jobs already applied to the replaced version stay applied: the rebuild takes
         # over its offset, and jobs after it are applied on top of the new version.
         offset = store.manifest(previous).journal_offset if previous is not None else 0
         # The version is numbered now, not after the last stage: its collections are named after it, and each
-        # is written as soon as its vectors exist, while the later stages run.
-        with store.begin(prefer=ckpt.record.generation) as w:
-            writer = vectors.CollectionWriter(vs, store, w.version, kept=ckpt.kept_collections(w.version),
-                                              on_written=ckpt.collection_written)
+        # is written as soon as its vectors exist, while the later stages run. Once it is published, the
+        # versions before it go when their grace ends, with their segments and collections, and so do the
+        # collections of builds that died before committing.
+        with index.publishing(prefer=ckpt.record.generation, warn=stages.note) as w, \
+                vectors.CollectionWriter(index.vectors, store, w.version, kept=ckpt.kept_collections(w.version),
+                                         on_written=ckpt.collection_written) as writer:
             writer.add("chunks", built.chunk_ids, ing.embeddings)
             if job.graph:
                 _graph_stages(cfg, built, records, job.kg, stages, ckpt, job.cache_dir, usage, writer)
@@ -110,23 +110,12 @@ def assemble(job: Assembly, stages: Stages, before_commit: Callable[[], None] = 
             manifest.stats.update(_accounting(stages, ckpt, writer, w.bytes_written, job.driver_peak_rss))
             before_commit()
             w.commit(manifest)
-            version = w.version
-        writer = None
         ckpt.remove()
-        # The versions before a rebuild go once their grace ends, with their segments and collections,
-        # and so do the collections of builds that died before committing.
-        try:
-            store.forget_collections([version])  # the manifest names them now
-            index.collect_garbage()
-        except Exception as exc:  # noqa: BLE001 - published already; the next build or update collects
-            stages.note(f"garbage collection of old versions failed ({type(exc).__name__}); retried later")
     finally:
-        if writer is not None:
-            writer.drop_all()
         index.close()
     manifest.stats["seconds_per_stage"] = stages.seconds
     counts = manifest.counts
-    return {"version": version, **{k: counts[k] for k in
+    return {"version": w.version, **{k: counts[k] for k in
                                    ("documents", "chunks", "entities", "relations", "hyperedges", "summaries")},
             "layers": manifest.stats.get("layers", 0), "llm_calls": usage.calls(),
             "resumed_stages": ckpt.resumed, "stats": manifest.stats}

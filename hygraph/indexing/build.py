@@ -110,10 +110,9 @@ def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, A
         built.hyp = hyperbolic.build(cfg.hyperbolic, [], none)
     built.lexical = lexical.build([], [], hg.entity_ids)
     index = Index(cfg, store)
-    writer: vectors.CollectionWriter | None = None
     try:
-        with store.begin() as w:
-            writer = vectors.CollectionWriter(index.vectors, store, w.version, keep_empty=True)
+        with index.publishing() as w, \
+                vectors.CollectionWriter(index.vectors, store, w.version, keep_empty=True) as writer:
             # Every kind the build makes, empty (an empty hierarchy has no embedding width of its own).
             for kind in ("chunks", "entities", "relations", "hyperedges", "summaries"):
                 writer.add(kind, [], none)
@@ -124,14 +123,9 @@ def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, A
             manifest.generation, manifest.collections = w.version, writer.collections
             manifest.config_hash, manifest.journal_offset = cfg.index_hash(), 0
             w.commit(manifest)
-            version = w.version
-        store.forget_collections([version])
-        writer = None
     finally:
-        if writer is not None:
-            writer.drop_all()
         index.close()
-    return {"version": version, "created": True}
+    return {"version": w.version, "created": True}
 
 
 def gc_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, Any]:

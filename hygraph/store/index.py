@@ -4,30 +4,41 @@ An index version is two things kept in two systems: its segments and manifest (`
 S3 prefix) and the rows of the vector collections its manifest names (the vector store, one server for every
 index). `Index` holds both, so what spans them has one home:
 
-- retiring: after a version is published, the vector rows it no longer has are deleted (a crash before that
-  is finished at the writer's next start, from the manifest's `retired` list);
+- publishing: `publishing` is the one way a version is written and published. A version's writer records its
+  new collections before creating them; if the version is not published they are dropped with its segments.
+  Once `CURRENT` moved, the records are forgotten (the manifest names the collections), the vector rows the
+  version no longer has are deleted (retiring; a crash before that is finished at the writer's next start,
+  from the manifest's `retired` list) and garbage is collected;
 - garbage collection: old versions and the segments only they named go, then the collections only they named
   and those of writers that died before publishing, whose records are then forgotten;
 - the connection: a restarted embedded Milvus listens on a new port, so a writer reconnects.
 
-The full build, the updater's publisher and compaction, `hygraph gc` and the removal of a named index go
-through it; readers open versions through it (store/reading.py).
+The full build and `create_empty_index` (indexing/), the updater's publisher and compaction (updater/) publish
+through it; `hygraph gc` and the removal of a named index go through it; readers open versions through it
+(store/reading.py).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 from hygraph.backends import vectorstore
 from hygraph.backends.vectorstore import VectorStore
 from hygraph.config import HygraphConfig
 from hygraph.store.journal import bounded_error
+from hygraph.store.manifest import Manifest
 from hygraph.store.objects import is_remote
-from hygraph.store.versions import GcResult, IndexStore
+from hygraph.store.versions import GcResult, IndexStore, VersionWriter
 
 log = logging.getLogger(__name__)
+
+
+def _log_warning(message: str) -> None:
+    log.warning("%s", message)
 
 
 class Index:
@@ -60,23 +71,68 @@ class Index:
     def close(self) -> None:
         self.vectors.close()
 
-    def retire(self, collections: dict[str, str], retired: dict[str, list[str]]) -> None:
-        """Delete the vector rows a published version no longer has (`retired`, per kind). It runs after
-        `CURRENT` moved, so a failure is logged, never raised: readers already ignore those rows (they keep
-        only ids their version knows), and the writer's next start retries from the manifest. For the same
-        reason nobody waits for the deletes to become visible."""
+    @contextmanager
+    def publishing(self, prefer: int | None = None,
+                   warn: Callable[[str], None] = _log_warning) -> Iterator[VersionWriter]:
+        """Publish the next version: yields its writer (`IndexStore.begin`, numbered past `prefer` as there),
+        whose segments and vector collections the body writes, recording each collection before creating it
+        (`IndexStore.record_collections`), and which the body ends by committing (`VersionWriter.commit`,
+        with `expect_current` when it changes a version it read).
+
+        If the version is not published (the body raised or never committed), the collections recorded for
+        it are dropped before the writer lease is released: a resumed build may take the same number, and
+        so the same collection names, as soon as it is. Once the commit moved `CURRENT` and the lease is
+        released (other writers wait on it): the version's records are forgotten (its manifest names the
+        collections), the vector rows it retired are deleted and garbage is collected. Those steps come after
+        the change is published, so each failure goes to `warn` (default: this module's log), never raised;
+        they are retried by the next publish or the writer's next start."""
+        with self.files.begin(prefer=prefer) as w:
+            try:
+                yield w
+            finally:
+                if w.committed is None:
+                    self._quietly(f"dropping the collections of unpublished version {w.version}",
+                                  lambda: self._drop_unpublished(w.version), warn)
+        if w.committed is not None:
+            self._published(w.committed, warn)
+
+    def _drop_unpublished(self, version: int) -> None:
+        names = self.files.recorded_collections(version)
+        # Most failed changes created no collection: nothing more to ask the store. A commit that failed
+        # after its manifest landed still published the version: it keeps them.
+        if not names or self.files.is_published(version):
+            return
+        for name in sorted(names):
+            self.vectors.drop(name)
+        self.files.forget_collections([version])
+
+    def _published(self, manifest: Manifest, warn: Callable[[str], None]) -> None:
+        self._quietly("forgetting the records of the new version's collections",
+                      lambda: self.files.forget_collections([manifest.version]), warn)
+        self._quietly("retiring old vector rows", lambda: self._retire(manifest), warn)
+        self._quietly("garbage collection of old versions", self.collect_garbage, warn)
+
+    @staticmethod
+    def _quietly(what: str, step: Callable[[], object], warn: Callable[[str], None]) -> None:
+        """`step`, whose failure is only reported: what it would have done is redone later (see the callers)."""
         try:
-            for kind, ids in retired.items():
-                if ids and kind in collections:
-                    self.vectors.delete(collections[kind], ids)
+            step()
         except Exception as exc:  # noqa: BLE001 - see above
-            log.warning("retiring old vector rows failed (retried at the next start): %s",
-                        bounded_error(f"{type(exc).__name__}: {exc}"))
+            warn(f"{what} failed (retried later): {bounded_error(f'{type(exc).__name__}: {exc}')}")
+
+    def _retire(self, manifest: Manifest) -> None:
+        """Delete the vector rows a published version no longer has (`retired`, per kind). Only after `CURRENT`
+        moved, and nobody waits for the deletes to become visible: readers already ignore those rows (they keep
+        only ids their version knows)."""
+        for kind, ids in manifest.retired.items():
+            if ids and kind in manifest.collections:
+                self.vectors.delete(manifest.collections[kind], ids)
 
     def finish_retiring(self) -> None:
-        """Retire what the current version's writer may not have finished (it crashed after publishing)."""
+        """Retire what the current version's writer may not have finished (it crashed after publishing); a
+        failure is logged, never raised (the next start retries)."""
         manifest = self.files.manifest()
-        self.retire(manifest.collections, manifest.retired)
+        self._quietly("retiring old vector rows", lambda: self._retire(manifest), _log_warning)
 
     def collect_garbage(self) -> GcResult:
         """Versions past `updates.keep_versions` and `updates.gc_grace_s` that no reader's lease names, the
@@ -87,14 +143,6 @@ class Index:
             self.vectors.drop(name)
         self.files.forget_collections(result.orphaned)
         return result
-
-    def collect_garbage_quietly(self) -> None:
-        """`collect_garbage` after a publish: a failure is logged, never raised (the change is published
-        already; the next publish collects)."""
-        try:
-            self.collect_garbage()
-        except Exception as exc:  # noqa: BLE001 - see above
-            log.warning("garbage collection of old versions failed: %s", bounded_error(f"{type(exc).__name__}: {exc}"))
 
     def remove(self) -> int:
         """Drop every vector collection of the index, then its files (`DELETE /v1/indexes/{name}`, after the

@@ -89,6 +89,7 @@ class VersionWriter:
         self.store, self.version, self.lease, self.staging = store, version, hold, staging
         self.tables: dict[str, TableRef] = {}
         self.bytes_written = 0
+        self.committed: Manifest | None = None  # once `commit` returned: what the publisher retires after it
         self._seq = 0
 
     def _segment(self, artifact: Artifact[Any], rows: pa.Table, dead: Sequence[str]) -> str:
@@ -155,6 +156,7 @@ class VersionWriter:
                              "first; this one is not published")
         if cur is None or self.version > cur:
             self.store.objects.put("CURRENT", f"{self.version}\n".encode())
+        self.committed = manifest
         return manifest
 
 
@@ -240,6 +242,11 @@ class IndexStore:
     def open(self, version: int | None = None) -> Version:
         return Version(self, self.manifest(version))
 
+    def is_published(self, version: int) -> bool:
+        """Whether version `version`'s manifest landed: then it is published, even if its writer failed before
+        moving `CURRENT` (the next writer moves it)."""
+        return self.objects.size(_manifest_key(version)) is not None
+
     @contextmanager
     def begin(self, prefer: int | None = None, wait_s: float | None = None) -> Iterator[VersionWriter]:
         """Take the writer lease (waiting at most `wait_s` for another writer, None: as long as it writes) and
@@ -268,7 +275,7 @@ class IndexStore:
                     yield VersionWriter(self, version, hold, staging)
                 finally:
                     # Whatever happened after the manifest landed, the version is published and keeps its segments.
-                    if self.objects.size(_manifest_key(version)) is None:
+                    if not self.is_published(version):
                         self._remove_segments_of(version)
         finally:
             hold.release()
@@ -293,8 +300,7 @@ class IndexStore:
         """Record (durably) that version `version`'s writer is about to create the vector collections
         `names`, before it creates any: if the version is never published, `gc` returns them. Only the
         holder of the writer lease for `version` calls this."""
-        data = self.objects.get(_record_key(version))
-        known = self._parse_record(data, version) if data is not None else []
+        known = self.recorded_collections(version)
         self.objects.put(_record_key(version), json.dumps(sorted(set(known) | set(names))).encode())
 
     def _parse_record(self, data: bytes, version: int) -> list[str]:
@@ -309,6 +315,11 @@ class IndexStore:
 
     def _records(self) -> dict[int, str]:
         return {int(m.group(1)): k for k in self.objects.list("collections/") if (m := _RECORD.match(k))}
+
+    def recorded_collections(self, version: int) -> list[str]:
+        """The vector collections version `version`'s writer recorded (none once they are forgotten)."""
+        data = self.objects.get(_record_key(version))
+        return self._parse_record(data, version) if data is not None else []
 
     def forget_collections(self, versions: Iterable[int]) -> None:
         """Remove the records of `versions`' collections (dropped, or named by a published manifest)."""

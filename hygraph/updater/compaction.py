@@ -58,7 +58,7 @@ class Compactor:
             if not plan:
                 return None
             t0 = time.perf_counter()
-            with store.begin() as w:
+            with self.publisher.index.publishing() as w:
                 for name in version.manifest.tables:
                     artifact = ARTIFACTS[name]
                     if name in plan:
@@ -71,13 +71,11 @@ class Compactor:
                                    "seconds": round(time.perf_counter() - t0, 3), "bytes_written": w.bytes_written}
                 manifest.stats = {**manifest.stats, "bytes_written": w.bytes_written}
                 w.commit(manifest, expect_current=version.version)
-                published = w.version
             # Same rows: what the live index derived from them stays valid.
-            self.publisher.replace(LiveIndex(store.open(published), live.layers, live.terms))
+            self.publisher.replace(LiveIndex(store.open(w.version), live.layers, live.terms))
         except Exception:
             self.publisher.forget()
             raise
         self.compactions += 1
-        log.info("compacted %s as version %d", manifest.update["compaction"], published)
-        self.publisher.index.collect_garbage_quietly()
-        return {"version": published, **manifest.update}
+        log.info("compacted %s as version %d", manifest.update["compaction"], w.version)
+        return {"version": w.version, **manifest.update}

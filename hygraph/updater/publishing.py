@@ -135,36 +135,16 @@ class Publisher:
 
     def publish(self, applied: Applied, journal_offset: int, update: dict[str, Any],
                 hyperbolic_rebuild: tuple[list[str], np.ndarray] | None = None) -> int:
-        """Steps 1-3 of the module docstring; the published version. `hyperbolic_rebuild` (ids and storage
-        vectors of every chunk, a recalibration) goes into a new collection that only the new version names."""
-        state = applied.state
-        collections: dict[str, str] = dict(state.base.manifest.collections)
-        try:
-            version = self._commit(applied, journal_offset, update, hyperbolic_rebuild, collections)
-        except BaseException:
-            rebuilt = collections.get("hyperbolic")
-            if rebuilt != state.base.manifest.collections.get("hyperbolic") and \
-                    rebuilt != self.store.manifest().collections.get("hyperbolic"):
-                self.vectors.drop(rebuilt)  # its version never landed: nobody names it
-            raise
-        # Published: nothing after this point may fail the change's jobs.
-        try:
-            assert self.live is not None
-            self.live.version = self.store.open(version)
-        except Exception as exc:  # noqa: BLE001 - the next change reloads what is published
-            self.live = None
-            log.warning("reopening version %d failed: %s", version, bounded_error(f"{type(exc).__name__}: {exc}"))
-        self.index.retire(collections, applied.delta.retired)
-        self.index.collect_garbage_quietly()
-        return version
-
-    def _commit(self, applied: Applied, journal_offset: int, update: dict[str, Any],
-                hyperbolic_rebuild: tuple[list[str], np.ndarray] | None, collections: dict[str, str]) -> int:
+        """Steps 1-3 of the module docstring (`Index.publishing`: step 3, and what a change that was not
+        published leaves behind); the published version. `hyperbolic_rebuild` (ids and storage vectors of
+        every chunk, a recalibration) goes into a new collection that only the new version names."""
         state, delta = applied.state, applied.delta
-        with self.store.begin() as w:
+        collections: dict[str, str] = dict(state.base.manifest.collections)
+        with self.index.publishing() as w:
             if hyperbolic_rebuild is not None:
                 rebuilt = self.store.collection(state.manifest.generation, "hyperbolic", w.version)
                 collections["hyperbolic"] = rebuilt
+                self.store.record_collections(w.version, [rebuilt])  # dropped if the version is not published
                 ids, storage = hyperbolic_rebuild
                 self.vectors.create(rebuilt, storage.shape[1], "L2")
                 self.vectors.upsert(rebuilt, ids, storage, w.version)
@@ -182,7 +162,14 @@ class Publisher:
             manifest.retired = delta.retired
             manifest.stats["bytes_written"] = w.bytes_written
             w.commit(manifest, expect_current=state.version)
-            return w.version
+        # Published: nothing after this point may fail the change's jobs.
+        try:
+            assert self.live is not None
+            self.live.version = self.store.open(w.version)
+        except Exception as exc:  # noqa: BLE001 - the next change reloads what is published
+            self.live = None
+            log.warning("reopening version %d failed: %s", w.version, bounded_error(f"{type(exc).__name__}: {exc}"))
+        return w.version
 
 
 class Points:

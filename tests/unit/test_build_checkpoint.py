@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from hygraph.backends.vectorstore import connect
-from hygraph.config import VectorStoreConfig
+from hygraph.config import HygraphConfig, VectorStoreConfig
 from hygraph.errors import InputError, StoreError
 from hygraph.indexing import checkpoint
 from hygraph.indexing.checkpoint import BuildRecord, Checkpoint
@@ -21,6 +21,7 @@ from hygraph.indexing.stages.hyperbolic import Trained
 from hygraph.indexing.stages.vectors import CollectionWriter
 from hygraph.model import Document
 from hygraph.store import lease, stage_files
+from hygraph.store.index import Index
 from hygraph.store.versions import IndexStore
 
 FAISS = VectorStoreConfig(backend="faiss", index_type="FLAT", device="cpu")
@@ -183,7 +184,8 @@ def test_a_resumed_writer_keeps_the_collections_written_and_rewrites_the_rest(tm
 
 def test_a_collection_is_written_as_soon_as_it_is_added_and_a_failed_one_stops_the_build_at_the_next(tmp_path):
     store = IndexStore(tmp_path, create=True)
-    vs = connect(FAISS, tmp_path)
+    index = Index(HygraphConfig(vector_store=FAISS), store)
+    vs = index.vectors
     filling, release, failing = threading.Event(), threading.Event(), threading.Event()
     real_fill = vs.fill
 
@@ -197,18 +199,19 @@ def test_a_collection_is_written_as_soon_as_it_is_added_and_a_failed_one_stops_t
         return real_fill(name, *args, **kwargs)
 
     vs.fill = fill
-    with store.begin() as w:
-        writer = CollectionWriter(vs, store, w.version)
-        writer.add("chunks", ["c1", "c2"], np.eye(2, 3, dtype=np.float32))
-        assert filling.wait(10)  # written while the build goes on: nobody has called finish
-        release.set()
-        writer.add("entities", ["e1"], np.ones((1, 3), np.float32))
-        assert failing.wait(10)
-        threading.Event().wait(0.5)  # the failed write's thread hands its error over
-        with pytest.raises(StoreError, match="went away"):
+    with pytest.raises(StoreError, match="went away"):
+        with index.publishing() as w, CollectionWriter(vs, store, w.version) as writer:
+            writer.add("chunks", ["c1", "c2"], np.eye(2, 3, dtype=np.float32))
+            assert filling.wait(10)  # written while the build goes on: nobody has called finish
+            release.set()
+            writer.add("entities", ["e1"], np.ones((1, 3), np.float32))
+            assert failing.wait(10)
+            threading.Event().wait(0.5)  # the failed write's thread hands its error over
             writer.add("summaries", ["s1"], np.ones((1, 3), np.float32), layers=[1])
-        writer.drop_all()
-    assert not vs.exists(store.collection(w.version, "chunks"))
+    # The version was not published: its collections went with it, and so did their record.
+    assert not any(vs.exists(store.collection(w.version, kind)) for kind in ("chunks", "entities"))
+    assert store.recorded_collections(w.version) == []
+    index.close()
 
 
 def test_begin_prefers_a_dead_writers_number_only_above_every_published_version(tmp_path):
@@ -225,7 +228,6 @@ def test_begin_prefers_a_dead_writers_number_only_above_every_published_version(
 
 
 def test_a_resumed_ingest_skips_exactly_the_finished_documents(tmp_path):
-    from hygraph.config import HygraphConfig
     from hygraph.model import scan_corpus
 
     corpus = tmp_path / "c.jsonl"

@@ -106,8 +106,9 @@ class CollectionWriter:
     instead of every index build waiting for the last stage. `finish` waits for them all.
 
     Their names are recorded in the index directory before any is created, so a build that never commits
-    (a crash, a kill) leaves nothing `hygraph gc` or the next build does not drop. A failed build drops
-    them together (`drop_all`).
+    (a crash, a kill) leaves nothing `hygraph gc` or the next build does not drop. A failed build's are
+    dropped with its version (`Index.publishing`), after `with` waited for the writes still running (a
+    collection created after its drop would outlive it).
 
     A resumed build passes the collections an earlier run of it fully wrote (`kept`, kind -> name): those
     that still exist are kept; `on_written(kind, name)` is told of each collection once it is sealed."""
@@ -154,7 +155,7 @@ class CollectionWriter:
                 self._on_written(kind, self.collections[kind])
         finally:
             self._running = {}
-            self._pool.shutdown()  # after a failure: waits for the other writes, so drop_all finds them done
+            self._pool.shutdown()  # after a failure: waits for the other writes, so their drop finds them done
             if self._started is not None:
                 self.seconds = time.perf_counter() - self._started
 
@@ -167,10 +168,8 @@ class CollectionWriter:
         del ids, vectors  # this write's last reference to them, where the build dropped its own
         self.vs.seal(name)
 
-    def drop_all(self) -> None:
-        """Drop every collection of this build, once the writes still running have ended (a collection
-        created after its drop would outlive it): the pool's shutdown waits for them."""
-        self._pool.shutdown()
-        for name in self.collections.values():
-            self.vs.drop(name)
-        self.store.forget_collections([self.generation])
+    def __enter__(self) -> "CollectionWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown()  # waits for the writes still running
