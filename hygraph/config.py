@@ -387,7 +387,8 @@ class HygraphConfig(Section):
         """Hash of the settings that shape an index (not serving knobs), stored in manifests."""
         keys = ("embedder", "chunking", "graph", "cleora", "hierarchy", "leiden", "hyperbolic")
         shaping = {k: getattr(self, k).model_dump(mode="json") for k in keys}
-        for knob in ("device", "cache_dir"):
+        # Where vectors are computed and the question encoder's weights shape no stored vector.
+        for knob in ("device", "cache_dir", "question_weights"):
             shaping["embedder"].pop(knob, None)
         shaping["llm"] = {"backend": self.llm.backend, "model": self.llm.model}
         blob = json.dumps(shaping, sort_keys=True).encode()
