@@ -29,7 +29,7 @@ chunks score in (0, 1] like the entity and hyperedge items they share a prompt b
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -171,43 +171,26 @@ class _DocOf:
         return LazySources(lambda: self.of_all(chunk_ids))
 
 
+class _Memo:
+    """`read(key)`, computed once per key."""
+
+    def __init__(self, read: Callable[[str], Any]) -> None:
+        self.read = read
+        self.known: dict[str, Any] = {}
+
+    def __call__(self, key: str) -> Any:
+        got = self.known.get(key)
+        if got is None:
+            got = self.known[key] = self.read(key)
+        return got
+
+
 class _Reads:
     """The view's entity and hyperedge fields that the expansion reads, each item's read once per query."""
 
     def __init__(self, view: IndexView) -> None:
-        self.view = view
-        self._entity_score: dict[str, float] = {}
-        self._edge_score: dict[str, float] = {}
-        self._members: dict[str, Sequence[str]] = {}
-        self._entity_chunks: dict[str, Sequence[str]] = {}
-        self._edge_chunks: dict[str, Sequence[str]] = {}
-
-    def entity_score(self, u: str) -> float:
-        got = self._entity_score.get(u)
-        if got is None:
-            got = self._entity_score[u] = self.view.entity_score[u]
-        return got
-
-    def edge_score(self, e: str) -> float:
-        got = self._edge_score.get(e)
-        if got is None:
-            got = self._edge_score[e] = self.view.hyperedge_score[e]
-        return got
-
-    def members(self, e: str) -> Sequence[str]:
-        got = self._members.get(e)
-        if got is None:
-            got = self._members[e] = self.view.hyperedge_entities[e]
-        return got
-
-    def entity_chunks(self, u: str) -> Sequence[str]:
-        got = self._entity_chunks.get(u)
-        if got is None:
-            got = self._entity_chunks[u] = self.view.entity_chunks.get(u, ())
-        return got
-
-    def edge_chunks(self, e: str) -> Sequence[str]:
-        got = self._edge_chunks.get(e)
-        if got is None:
-            got = self._edge_chunks[e] = self.view.hyperedge_chunks.get(e, ())
-        return got
+        self.entity_score = _Memo(view.entity_score.__getitem__)
+        self.edge_score = _Memo(view.hyperedge_score.__getitem__)
+        self.members = _Memo(view.hyperedge_entities.__getitem__)
+        self.entity_chunks = _Memo(lambda u: view.entity_chunks.get(u, ()))
+        self.edge_chunks = _Memo(lambda e: view.hyperedge_chunks.get(e, ()))
