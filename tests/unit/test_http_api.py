@@ -419,3 +419,23 @@ def test_status_needs_a_key_whenever_keys_are_configured(client):
     auth = {"Authorization": f"Bearer {KEY}"}
     assert client.get("/v1/updater", headers=auth).json() == {"pending": 0, "last_error": None}
     assert client.get("/v1/jobs/" + "a" * 32, headers=auth).status_code == 404
+
+
+def test_an_index_whose_info_cannot_be_read_is_listed_with_nulls(client):
+    """Not dropped from GET /v1/indexes (it would look free to create, then get 409); gone ones are."""
+    from hygraph.store.registry import IndexInfo, NoSuchIndex
+
+    def info(name: str, size: bool = True) -> IndexInfo:
+        if name == "default":
+            return IndexInfo("default", 4, 3, None)
+        raise OSError(f"/secret/path/{name}: stale file handle") if name == "broken" else NoSuchIndex(name)
+
+    client.gw.registry.names = lambda: ["broken", "default", "gone"]
+    client.gw.registry.info = info
+    out = client.get("/v1/indexes", headers={"Authorization": f"Bearer {KEY}"})
+    assert out.status_code == 200
+    rows = out.json()["indexes"]
+    assert [r["name"] for r in rows] == ["broken", "default"]
+    assert rows[0]["documents"] is None and rows[0]["index_version"] is None
+    assert "OSError" in rows[0]["error"] and "/secret" not in out.text
+    assert rows[1] == {"name": "default", "documents": 4, "index_version": 3}
