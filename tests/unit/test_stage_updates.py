@@ -128,3 +128,35 @@ def test_a_chunk_links_to_chunks_sharing_more_than_the_threshold_and_a_self_loop
     assert "c3" not in state.require(GRAPH, "c1").neighbours  # nothing shared
     assert "eve" not in state.require(GRAPH, "eve").neighbours
     assert state.require(ENTITIES, "eve").relations.count(Relation.make("Eve", "is", "Eve").id) == 2
+
+
+def test_a_delete_clears_a_description_only_when_no_remaining_chunk_holds_its_sentence(tmp_path):
+    """The sentence an entity's description quotes is in two documents: deleting one keeps the description
+    (no summary above the entity is redone); deleting the other as well clears it."""
+    said = "Ada sails to Oslo."
+    texts = {"c1": f"{said} Bob stays.", "c2": f"Later. {said}", "c3": "Ada rows."}
+    exs = {c: Extraction(c, entities=[Entity("ada", "Ada", "NAME", said if c != "c3" else "Ada rows.", 0.5)])
+           for c in texts}
+    kb = knowledge.merge_extractions(exs.values())
+    hg = graph_stage.build(CFG, list(texts), kb)
+    contributions = knowledge.per_chunk(kb)
+    entities, relations, hyperedges = knowledge.build_rows(kb, hg.entity_ids, hg.hyperedge_ids,
+                                                           np.zeros((len(hg.entity_ids), 2), np.float32))
+    assert entities[0].description == said
+    store = IndexStore(tmp_path, create=True)
+    with store.begin() as w:
+        w.replace(CHUNKS, [ChunkRow(c, c, 0, t, 1, "", tuple(contributions[c].entities), (), (),
+                                    np.zeros(2, np.float32)) for c, t in texts.items()], DIMS)
+        w.replace(ENTITIES, entities, DIMS)
+        w.commit(Manifest(dims=DIMS, graph=True))
+    state = IndexState(store.open())
+
+    def delete(cid: str) -> knowledge.KnowledgeChange:
+        kc = knowledge.update(state, [state.require(CHUNKS, cid)], [])
+        state.delete(CHUNKS, cid)
+        return kc
+
+    kc = delete("c1")
+    assert kc.stale_entities == [] and state.require(ENTITIES, "ada").description == said
+    kc = delete("c2")
+    assert kc.stale_entities == ["ada"] and state.require(ENTITIES, "ada").description == ""

@@ -26,7 +26,8 @@ from hygraph.errors import InputError
 from hygraph.indexing.state import IndexState
 from hygraph.model import (Chunk, Entity, Extraction, Hyperedge, Relation, TripleRecord, normalize_name,
                            read_jsonl)
-from hygraph.store.artifacts import ENTITIES, HYPEREDGES, RELATIONS, ChunkRow, EntityRow, HyperedgeRow, RelationRow
+from hygraph.store.artifacts import (CHUNKS, ENTITIES, HYPEREDGES, RELATIONS, ChunkRow, EntityRow, HyperedgeRow,
+                                     RelationRow)
 
 
 @dataclass
@@ -346,7 +347,8 @@ def update(state: IndexState, removed: Sequence[ChunkRow], extractions: Sequence
         ent = kb.entities.get(eid)
         # Descriptions are sentences of a chunk, cut with an ellipsis when long.
         quote = ent.description.rstrip("…") if ent is not None else ""
-        if quote and any(quote in t for t in removed_text):
+        if quote and any(quote in t for t in removed_text) and not _still_quoted(state, quote,
+                                                                                   kb.entity_chunks.get(eid, ())):
             kb.entities[eid] = Entity(ent.id, ent.name, ent.type, "", ent.score)
             change.stale_entities.append(eid)
     for ex in extractions:
@@ -419,6 +421,17 @@ def update(state: IndexState, removed: Sequence[ChunkRow], extractions: Sequence
         if not _same_entity(old, row):
             state.put(ENTITIES, row)
     return change
+
+
+def _still_quoted(state: IndexState, quote: str, chunk_ids: Iterable[str]) -> bool:
+    """Whether a chunk that still mentions the entity holds the sentence its description quotes. The same
+    sentence is often in several documents (a quotation, a boilerplate line, a re-posted passage): deleting one
+    of them leaves the description true, and clearing it would re-summarize every summary above the entity."""
+    for cid in sorted(chunk_ids):
+        row = state.get(CHUNKS, cid)
+        if row is not None and quote in row.text:
+            return True
+    return False
 
 
 def _same_entity(a: EntityRow | None, b: EntityRow) -> bool:
