@@ -4,7 +4,7 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from hygraph.core.hierarchy import Hierarchy, build_hierarchy, layer0_features, summary_key
+from hygraph.core.hierarchy import Hierarchy, build_hierarchy, layer0_features, most_mentioned, summary_key
 from hygraph.model import sha1
 
 DIM = 16
@@ -159,3 +159,21 @@ def test_layer0_features_of_a_block_in_parts_equal_the_stacked_block(monkeypatch
     assert np.array_equal(got, layer0_features(stacked, structure))
     with pytest.raises(ValueError, match="width"):
         layer0_features([chunks, structure[:12]], structure)
+
+
+def test_most_mentioned_counts_and_breaks_ties_by_first_occurrence():
+    # 7 and 3 twice each, 7 seen first; 5 once (before 9, also once).
+    assert most_mentioned([np.array([3, 7]), np.array([], np.int32), np.array([7, 5, 3, 9])], 3).tolist() == [3, 7, 5]
+    assert most_mentioned([np.array([4, 4]), np.array([1, 2, 2])], 10).tolist() == [4, 2, 1]
+    assert most_mentioned([], 5).tolist() == [] and most_mentioned([np.array([], np.int32)], 5).tolist() == []
+
+
+def test_most_mentioned_is_counter_most_common():
+    from collections import Counter
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        parts = [rng.integers(0, rng.integers(1, 30), size=rng.integers(0, 8)) for _ in range(rng.integers(1, 12))]
+        flat = [int(v) for p in parts for v in p]
+        want = [v for v, _ in Counter(flat).most_common(10)]
+        assert most_mentioned(parts, 10).tolist() == want

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from hygraph.indexing.stages.hierarchy import summary_request
+from hygraph.indexing.stages.hierarchy_layers import EntityNumbers
 
 # Relation id -> (head, phrase, tail, score). A and B are the leaves' key entities, H a hub that
 # the leaves mention once; the hub's 500 relations to outside entities must not be read.
@@ -20,6 +23,7 @@ RELATIONS = {
 class Source:
     def __init__(self) -> None:
         self.read: list[str] = []
+        self.numbers = EntityNumbers()
         self.lists: dict[str, list[str]] = {}
         for rid, (head, _, tail, _) in RELATIONS.items():
             self.lists.setdefault(head, []).append(rid)
@@ -28,11 +32,13 @@ class Source:
     def node_text(self, node_id: str) -> str:
         return f"text of {node_id}"
 
-    def is_entity(self, node_id: str) -> bool:
-        return not node_id.startswith("c")
+    def mentions(self, node_id: str) -> np.ndarray:
+        own = () if node_id.startswith("c") else (node_id, node_id)
+        chunk = {"c1": ("A", "B"), "c2": ("A", "H"), "c3": ("B",)}.get(node_id, ())
+        return self.numbers.of((*own, *chunk))
 
-    def chunk_entities(self, node_id: str) -> Sequence[str]:
-        return {"c1": ("A", "B"), "c2": ("A", "H"), "c3": ("B",)}.get(node_id, ())
+    def entity_at(self, number: int) -> str:
+        return self.numbers.ids[number]
 
     def entity_relations(self, entity_id: str) -> Sequence[str]:
         return self.lists.get(entity_id, ())

@@ -25,9 +25,9 @@ from hygraph.backends.graph import make_graph_kernels
 from hygraph.backends.llm.base import LLM, SummaryRequest
 from hygraph.config import HygraphConfig
 from hygraph.core.graph import HybridGraph
-from hygraph.core.hierarchy import Hierarchy, build_hierarchy, layer0_features, summary_key
+from hygraph.core.hierarchy import Hierarchy, build_hierarchy, layer0_features, most_mentioned, summary_key
 from hygraph.core.leiden_context import context_aware_partition
-from hygraph.indexing.stages.hierarchy_layers import HierarchyEdit, LayerIndex
+from hygraph.indexing.stages.hierarchy_layers import EntityNumbers, HierarchyEdit, LayerIndex
 from hygraph.indexing.stages.knowledge import Knowledge, entity_relations, per_chunk
 from hygraph.indexing.stages.vectors import VectorDelta
 from hygraph.indexing.state import IndexState
@@ -47,9 +47,12 @@ class Source(Protocol):
 
     def node_text(self, node_id: str) -> str: ...
 
-    def is_entity(self, node_id: str) -> bool: ...
+    def mentions(self, node_id: str) -> np.ndarray:
+        """The numbers (`entity_at`) of the entities a leaf counts for, in order: an entity itself twice, then
+        each entity a chunk mentions once."""
+        ...
 
-    def chunk_entities(self, node_id: str) -> Sequence[str]: ...
+    def entity_at(self, number: int) -> str: ...
 
     def entity_relations(self, entity_id: str) -> Sequence[str]: ...
 
@@ -63,13 +66,7 @@ def summary_request(members: Sequence[str], leaves: Sequence[str], summaries: Ma
     """HyGRAG's four-part summary input: member texts, the KEY_ENTITIES entities mentioned most under the
     segment (a member entity counts 2, each mention 1; ties in leaf order) and up to KEY_RELATIONS
     relations among them, strongest first."""
-    mentions: Counter = Counter()
-    for leaf in leaves:
-        if src.is_entity(leaf):
-            mentions[leaf] += 2
-        for eid in src.chunk_entities(leaf):
-            mentions[eid] += 1
-    top = [eid for eid, _ in mentions.most_common(KEY_ENTITIES)]
+    top = [src.entity_at(int(n)) for n in most_mentioned([src.mentions(leaf) for leaf in leaves], KEY_ENTITIES)]
     inside = set(top)
     # A relation between two top entities is listed under both (a self-loop twice under its one), so only
     # ids seen twice are read: a hub entity's thousands of relations are counted, not fetched.
@@ -95,6 +92,8 @@ class KnowledgeSource:
         self.chunk_text = dict(zip(chunk_ids, chunk_texts))
         self._chunk_entities = {cid: ck.entities for cid, ck in per_chunk(kb).items()}
         self._entity_relations = entity_relations(kb, kb.relations)
+        self._numbers = EntityNumbers()
+        self._mentions: dict[str, np.ndarray] = {}
 
     def node_text(self, node_id: str) -> str:
         if node_id in self.chunk_text:
@@ -102,8 +101,15 @@ class KnowledgeSource:
         ent = self.kb.entities[node_id]
         return f"{ent.name}: {ent.description}" if ent.description else ent.name
 
-    def is_entity(self, node_id: str) -> bool:
-        return node_id in self.kb.entities
+    def mentions(self, node_id: str) -> np.ndarray:
+        got = self._mentions.get(node_id)
+        if got is None:
+            own = (node_id, node_id) if node_id in self.kb.entities else ()
+            got = self._mentions[node_id] = self._numbers.of((*own, *self._chunk_entities.get(node_id, ())))
+        return got
+
+    def entity_at(self, number: int) -> str:
+        return self._numbers.ids[number]
 
     def chunk_entities(self, node_id: str) -> Sequence[str]:
         return self._chunk_entities.get(node_id, ())
@@ -282,20 +288,24 @@ def _leiden_layer(cfg: HygraphConfig, chunk_ids: Sequence[str], hg: HybridGraph,
 
 
 class StateSource:
-    """An update's Source: rows read through the index state. What a leaf is (an entity or a chunk and
-    its entities) is kept in the updater's LayerIndex across batches: the top summaries cover most
-    leaves, and those facts change only when the node itself is replaced."""
+    """An update's Source: rows read through the index state. What a leaf counts for (an entity, or a chunk's
+    entities) is kept in the updater's LayerIndex across batches: the top summaries cover most leaves, and
+    those facts change only when the node itself is replaced."""
 
     def __init__(self, state: IndexState, index: LayerIndex) -> None:
-        self.state, self.info = state, index.node_info
+        self.state, self.index = state, index
 
-    def _info(self, node_id: str) -> tuple[bool, tuple[str, ...]]:
-        got = self.info.get(node_id)
+    def mentions(self, node_id: str) -> np.ndarray:
+        got = self.index.mentions.get(node_id)
         if got is None:
             chunk = self.state.get(CHUNKS, node_id)
-            got = self.info[node_id] = (chunk is None and self.state.contains(ENTITIES, node_id),
-                                        chunk.entities if chunk is not None else ())
+            own = (node_id, node_id) if chunk is None and self.state.contains(ENTITIES, node_id) else ()
+            got = self.index.mentions[node_id] = self.index.numbers.of(
+                (*own, *(chunk.entities if chunk is not None else ())))
         return got
+
+    def entity_at(self, number: int) -> str:
+        return self.index.numbers.ids[number]
 
     def node_text(self, node_id: str) -> str:
         chunk = self.state.get(CHUNKS, node_id)
@@ -303,12 +313,6 @@ class StateSource:
             return chunk.text
         ent = self.state.require(ENTITIES, node_id)
         return f"{ent.name}: {ent.description}" if ent.description else ent.name
-
-    def is_entity(self, node_id: str) -> bool:
-        return self._info(node_id)[0]
-
-    def chunk_entities(self, node_id: str) -> Sequence[str]:
-        return self._info(node_id)[1]
 
     def entity_relations(self, entity_id: str) -> Sequence[str]:
         row = self.state.get(ENTITIES, entity_id)
@@ -328,7 +332,7 @@ def update(state: IndexState, cfg: HygraphConfig, index: LayerIndex, llm: LLM,
     """EraRAG Alg. 3 (lsh) or HyGRAG §3.4 (leiden) for the batch's layer-0 changes; returns the number of
     summaries written. `removed` are layer-0 nodes that left (or come back changed, listed again as new)."""
     for node in (*new_chunks, *new_entities, *removed):
-        index.node_info.pop(node, None)
+        index.mentions.pop(node, None)
     h = cfg.hierarchy
     partitioner = state.manifest.hierarchy.partitioner if state.manifest.hierarchy else h.partitioner
     src = StateSource(state, index)

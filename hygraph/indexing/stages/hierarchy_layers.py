@@ -46,6 +46,25 @@ def _child_layer(child: str, layer: int) -> int:
 
 
 @dataclass
+class EntityNumbers:
+    """Entity ids numbered in order of first sight, so a summary request counts mentions in arrays. A number is
+    never given to another id (a deleted entity's stays unused): arrays kept from earlier batches stay valid."""
+
+    number: dict[str, int] = field(default_factory=dict)
+    ids: list[str] = field(default_factory=list)
+
+    def of(self, entity_ids: Sequence[str]) -> np.ndarray:
+        out = np.empty(len(entity_ids), np.int32)
+        for i, eid in enumerate(entity_ids):
+            n = self.number.get(eid)
+            if n is None:
+                n = self.number[eid] = len(self.ids)
+                self.ids.append(eid)
+            out[i] = n
+        return out
+
+
+@dataclass
 class LayerIndex:
     """What the updater keeps of the summary layers between batches: per layer its summary ids and, for
     LSH layers, how many rows carry each code and which summaries hold them. Derived from the
@@ -61,8 +80,10 @@ class LayerIndex:
     planes: dict[int, np.ndarray] = field(default_factory=dict)
     leaves: dict[str, tuple[str, ...]] = field(default_factory=dict)  # summary id -> derived leaves (immutable)
     sizes: dict[str, int] = field(default_factory=dict)  # summary id -> children
-    # layer-0 node -> (is an entity, the chunk's entities): what summary requests read of each leaf
-    node_info: dict[str, tuple[bool, tuple[str, ...]]] = field(default_factory=dict)
+    # layer-0 node -> the numbers of the entities it counts for (StateSource.mentions): what summary requests
+    # read of each leaf
+    mentions: dict[str, np.ndarray] = field(default_factory=dict)
+    numbers: EntityNumbers = field(default_factory=EntityNumbers)
 
     @staticmethod
     def load(version: Version, h: HierarchyConfig) -> "LayerIndex":
