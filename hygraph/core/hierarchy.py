@@ -25,15 +25,20 @@ def summary_key(member_ids: Iterable[str]) -> str:
 
 
 def most_mentioned(mentions: Sequence[np.ndarray], k: int) -> np.ndarray:
-    """The k most frequent values of the concatenated `mentions` (non-negative ints), ties broken by first
-    occurrence: what `collections.Counter(...).most_common(k)` gives over the same sequence, in C instead of
-    a Python step per mention (a top summary's leaves carry a mention of every entity of the corpus)."""
-    seq = np.concatenate([np.asarray(m, np.int64) for m in mentions]) if len(mentions) else np.zeros(0, np.int64)
-    if not len(seq):
-        return seq
-    values, first, inverse = np.unique(seq, return_index=True, return_inverse=True)
-    counts = np.bincount(inverse.ravel(), minlength=len(values))
-    return values[np.lexsort((first, -counts))[:k]]
+    """The k most frequent values of the concatenated `mentions` (small non-negative ints), ties broken by
+    first occurrence: what `collections.Counter(...).most_common(k)` gives over the same sequence, in O(n) C
+    steps instead of a Python step per mention (a top summary's leaves mention every entity of the corpus)."""
+    seq = np.concatenate(mentions) if len(mentions) else np.zeros(0, np.int64)
+    if not len(seq) or k <= 0:
+        return np.zeros(0, np.int64)
+    counts = np.bincount(seq)
+    # Every value as frequent as the k-th most frequent one is a candidate: ties at the cut need their first
+    # occurrence to be ranked.
+    cut = max(int(np.partition(counts, len(counts) - k)[len(counts) - k]) if len(counts) > k else 1, 1)
+    candidates = np.flatnonzero(counts >= cut)
+    first = np.full(len(counts), len(seq), np.int64)
+    np.minimum.at(first, seq, np.arange(len(seq)))
+    return candidates[np.lexsort((first[candidates], -counts[candidates]))[:k]]
 
 
 # Rows normalized at a time by `layer0_features`: its temporaries stay a few MB, whatever the corpus.
