@@ -160,6 +160,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(0.5)
         RayCluster.kill(serve)
         serve_log.close()
+        if args.keep:  # the nodes' Ray logs (Serve's replicas and proxies) go with the cluster's temp dir
+            shutil.copytree(cluster.temp_dir, work / "ray", ignore=shutil.ignore_patterns("*.sock", "sockets"),
+                            ignore_dangling_symlinks=True, dirs_exist_ok=True)
         stream_log = (work / "stream.log").read_text()
         line = next((x for x in reversed(stream_log.splitlines()) if x.startswith("{")), None)
         if inner.returncode != 0 or line is None:
@@ -215,13 +218,13 @@ class Stream:
             r = self.http.post("/v1/query", json={"question": question, "mode": mode, "top_k": 5})
         except Exception as exc:  # noqa: BLE001 - a failed query, counted
             with self.lock:
-                self.failed_queries.append(f"{type(exc).__name__}: {exc}")
+                self.failed_queries.append(f"{time.time():.1f} {type(exc).__name__}: {exc}")
             return None
         with self.lock:
             if r.status_code == 200:
                 self.query_ms.append((time.perf_counter() - t) * 1000)
-            else:
-                self.failed_queries.append(f"{r.status_code} {r.text[:200]}")
+            else:  # the time, to set beside the events (the kill, the outage)
+                self.failed_queries.append(f"{time.time():.1f} {r.status_code} {r.text[:200]}")
         return r.json() if r.status_code == 200 else None
 
     def query_at(self, question: str, version: int, timeout_s: float = 300) -> dict[str, Any]:
@@ -409,8 +412,9 @@ def versions() -> dict[str, Any]:
 
 
 def placement() -> dict[str, list[str]]:
-    """Which node (the first 8 of its id) runs each Retriever replica and the updater: the process titles under
-    each raylet (the Ray state API needs the dashboard, which the cluster does not run)."""
+    """Which node (the first 8 of its id) runs each Retriever and Ingress replica, Serve's proxies and the updater:
+    the process titles under each raylet (the Ray state API needs the dashboard, which the cluster does not
+    run)."""
     import psutil
 
     out: dict[str, list[str]] = {}
@@ -423,7 +427,7 @@ def placement() -> dict[str, list[str]]:
                 title = " ".join(child.cmdline())
             except psutil.NoSuchProcess:
                 continue
-            for name in ("Retriever", "OnlineUpdater"):
+            for name in ("Retriever", "OnlineUpdater", "Ingress", "ProxyActor"):
                 if f"{name}" in title and title.startswith("ray::"):
                     out.setdefault(name, []).append(node)
     return out
