@@ -17,7 +17,8 @@ from tests.raycluster import RayCluster
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(bool(netns.unavailable()), reason=f"no private namespaces: {netns.unavailable()}")]
 
-# Ray Data and the encoder actors, and the stages the assembling actor runs itself (every stage after ingest).
+# Ray Data and the encoder actors, the stages the assembling actor runs itself and the Ray tasks it starts beside
+# it (hyperbolic, lexical: indexing/beside.py).
 RAY_STAGES = ("chunk+embed+extract", "embed entities, relations, hyperedges", "hierarchy", "knowledge",
               "hybrid graph", "cleora", "hyperbolic", "lexical", "write vectors")
 COUNTS = ("documents", "chunks", "entities", "relations", "hyperedges", "summaries", "layers")
