@@ -212,6 +212,10 @@ class IndexingConfig(Section):
     # Its GPU share: Ray hides GPUs from an actor that asks for none, so Cleora, LSH hashing, hyperbolic
     # training and cuGraph see a GPU (device: auto) only with a share here.
     assembler_num_gpus: float = Field(0.0, ge=0)
+    # Hyperbolic training's GPU share: it runs as a Ray task of its own beside the assembler (indexing/beside.py),
+    # which waits for it, so a share must fit beside the assembler's (a node's one GPU held by the assembler
+    # would leave the task waiting for good). 0: it trains on a CPU.
+    hyperbolic_num_gpus: float = Field(0.0, ge=0)
 
 
 class UpdatesConfig(Section):

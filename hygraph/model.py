@@ -228,6 +228,11 @@ def load_corpus(path: str | Path) -> list[Document]:
     return docs
 
 
+def corpus_ids(path: str | Path) -> list[str]:
+    """The documents' ids in corpus order: each document is parsed and dropped, only its id is held."""
+    return [doc.id for _, _, doc in _corpus_documents(path)]
+
+
 def _corpus_documents(path: str | Path) -> Iterator[tuple[int, int, Document]]:
     """(line number, byte offset past the line, document) under the input rules, duplicate ids refused."""
     seen: dict[str, int] = {}

@@ -47,6 +47,9 @@ TAG = "bench_build"
 TARGETS = (10**6, 10**7)
 # Stages spread over actor pools (more workers divide them); the others run in the one assembling actor.
 PARALLEL_STAGES = ("chunk+embed+extract", "chunk+embed", "embed entities, relations, hyperedges", "hierarchy")
+# Stages the assembler runs as Ray tasks beside its own (hygraph/indexing/beside.py): each on one worker, while
+# the assembler's stages run.
+BESIDE_STAGES = ("hyperbolic", "lexical")
 GiB = 2**30
 
 
@@ -136,13 +139,15 @@ def cluster_needed(ext: dict[str, Any], workers: int) -> dict[str, str]:
         # The sum of the per-stage fits (each stage grows at its own rate), not the total's fit.
         stage_s = {k[3:]: v[t] or 0.0 for k, v in ext.items() if k.startswith("s: ") and k != "s: total"}
         pool_s = sum(v for k, v in stage_s.items() if k in PARALLEL_STAGES)
-        one_s = sum(stage_s.values()) - pool_s
+        beside_s = {k: v for k, v in stage_s.items() if k in BESIDE_STAGES}
+        one_s = sum(stage_s.values()) - pool_s - sum(beside_s.values())
         ten = pool_s * workers / 10
         out[t] = (f"head ≥ {1.5 * (ext['driver peak RSS GiB'][t] or 0):.1f} GiB RAM (1.5 × the driver's peak); "
                   f"the assembler's worker ≥ {1.5 * (ext['largest worker peak RSS GiB'][t] or 0):.1f} GiB; "
                   f"parallel stages {pool_s / 3600:.1f} h on {workers} worker(s) of this kind, "
                   f"about {ten / 3600:.1f} h on 10 if they scale linearly; assembler stages {one_s / 3600:.1f} h "
-                  "on one worker")
+                  "on one worker, beside them "
+                  + ", ".join(f"{k} {v / 3600:.1f} h" for k, v in beside_s.items()) + " on one worker each")
     return out
 
 

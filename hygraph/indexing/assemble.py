@@ -4,9 +4,10 @@ The `hygraph index` process (the driver, indexing/build.py) validates the corpus
 runs the ingest, whose batches land as shards in the build's checkpoint; it then hands the rest to an
 `Assembler` actor, which Ray places on a worker node with the memory it needs declared, and only relays
 the actor's progress lines and returns its result. The actor reads the corpus and the shards, runs
-knowledge, hybrid graph, Cleora, the knowledge-text embedding, hierarchy, hyperbolic and lexical, writes
-the vectors and the snapshot, and commits the version. So the driver holds counts and file spans, never
-the corpus, a vector or a stage's output.
+knowledge, hybrid graph, Cleora, the knowledge-text embedding and hierarchy, while hyperbolic and lexical
+run beside them as Ray tasks of their own (indexing/beside.py), writes the vectors and the snapshot, and
+commits the version. So the driver holds counts and file spans, never the corpus, a vector or a stage's
+output.
 
 Everything is validated before anything is written; vectors go into collections named after the new
 version, and a failure drops them and the version's segments, so a failed build leaves the previous
@@ -23,16 +24,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import pyarrow as pa
 
 from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import Usage
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
 from hygraph.indexing import checkpoint
+from hygraph.indexing.beside import Beside, hyperbolic_task, lexical_task
 from hygraph.indexing.checkpoint import Checkpoint, resumable
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages import graph as graph_stage
-from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, lexical, structure, vectors
+from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, structure, vectors
 from hygraph.model import Document, TripleRecord, load_corpus, load_triples
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, HYPERPLANES, PARENTS,
                                      RELATIONS, SUMMARIES, TERMS, Artifact, ChunkRow, DocumentRow, PostingsRow,
@@ -67,6 +70,19 @@ class Assembly:
 def assemble(job: Assembly, stages: Stages, before_commit: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Read the ingest's shards, run every later stage, write vectors and snapshot, commit the version
     (once `before_commit` returns)."""
+    cfg = job.cfg
+    with Beside(stages, job.ckpt, pinned=is_remote(job.index_dir)) as beside:
+        # Hyperbolic needs the ingest's output only: started first, it runs beside every stage below. Lexical
+        # needs the entity ids of the hybrid graph too (`_graph_stages` starts it); without a graph, nothing.
+        if job.graph and cfg.hyperbolic.enabled:
+            beside.start("hyperbolic", hyperbolic_task, cfg.hyperbolic, job.ckpt, job.corpus,
+                         num_gpus=cfg.indexing.hyperbolic_num_gpus)
+        if not job.graph:
+            beside.start("lexical", lexical_task, job.ckpt, job.corpus, None)
+        return _assemble(job, stages, beside, before_commit)
+
+
+def _assemble(job: Assembly, stages: Stages, beside: Beside, before_commit: Callable[[], None]) -> dict[str, Any]:
     cfg, ckpt = job.cfg, job.ckpt
     docs = load_corpus(job.corpus)
     records = load_triples(job.triples) if job.triples else None
@@ -92,10 +108,8 @@ def assemble(job: Assembly, stages: Stages, before_commit: Callable[[], None] = 
                                          on_written=ckpt.collection_written) as writer:
             writer.add("chunks", built.chunk_ids, ing.embeddings)
             if job.graph:
-                _graph_stages(cfg, built, records, job.kg, stages, ckpt, job.cache_dir, usage, writer)
-            with stages.stage("lexical"):
-                built.lexical = lexical.build(built.chunk_ids, [c.text for c in ing.chunks],
-                                              built.graph.entity_ids if built.graph is not None else None)
+                _graph_stages(cfg, job, built, records, stages, beside, usage, writer)
+            built.lexical = beside.result("lexical", lambda: checkpoint.load_lexical(ckpt, job.graph))
             with stages.stage("write snapshot"):
                 manifest = built.write_tables(w, cfg)
             with stages.stage("write vectors"):  # what is left of them once every stage is done
@@ -271,7 +285,7 @@ class Built:
         self.vecs: dict[str, np.ndarray] = {}
         self.hier: hierarchy.HierarchyResult | None = None
         self.hyp: hyperbolic.Trained | None = None
-        self.lexical: dict[Artifact[PostingsRow], list[PostingsRow]] = {}
+        self.lexical: dict[Artifact[PostingsRow], pa.Table] = {}
 
     def write_tables(self, w: Any, cfg: HygraphConfig) -> Manifest:
         """Write every table of the snapshot. Each table's rows are made just before it is written and dropped
@@ -287,7 +301,7 @@ class Built:
         w.replace(CHUNKS, self._chunk_rows(), dims)
         while self.lexical:
             artifact = next(iter(self.lexical))
-            w.replace(artifact, self.lexical.pop(artifact), dims)
+            w.replace_table(artifact, self.lexical.pop(artifact))
         counts = {"documents": len(self.docs), "chunks": len(self.ing.chunks), "entities": 0, "relations": 0,
                   "hyperedges": 0, "summaries": 0}
         manifest = Manifest(embedder_model=cfg.embedder.model, dims=dims, graph=self.kb is not None, counts=counts)
@@ -330,15 +344,15 @@ class Built:
         return rows
 
 
-def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] | None,
-                        kg: str | Path | None, stages: Stages, ckpt: Checkpoint, cache_dir: str,
-                        usage: Usage, writer: vectors.CollectionWriter) -> None:
-    ing = built.ing
+def _graph_stages(cfg: HygraphConfig, job: Assembly, built: Built, records: list[TripleRecord] | None,
+                  stages: Stages, beside: Beside, usage: Usage, writer: vectors.CollectionWriter) -> None:
+    ing, ckpt, cache_dir = built.ing, job.ckpt, job.cache_dir
     # Knowledge and the hybrid graph are pure, quick functions of the ingest output: derived again on resume.
     with stages.stage("knowledge"):
-        kb = built.kb = build_knowledge(ing, records, kg)
+        kb = built.kb = build_knowledge(ing, records, job.kg)
     with stages.stage("hybrid graph"):
         hg = built.graph = graph_stage.build(cfg, built.chunk_ids, kb)
+    beside.start("lexical", lexical_task, ckpt, job.corpus, list(hg.entity_ids))
     nodes = {"nodes": list(hg.node_ids)}
     knowledge_ids = {"entities": list(hg.entity_ids), "relations": list(kb.relations),
                      "hyperedges": list(hg.hyperedge_ids)}
@@ -390,8 +404,5 @@ def _graph_stages(cfg: HygraphConfig, built: Built, records: list[TripleRecord] 
         for role, n in ckpt.record.llm_calls.get("hierarchy", {}).items():
             usage.count(role, calls=n)
     if cfg.hyperbolic.enabled:
-        built.hyp = resumable(
-            stages, ckpt, "hyperbolic",
-            lambda: hyperbolic.build(cfg.hyperbolic, [c.text for c in ing.chunks], ing.embeddings),
-            lambda v: checkpoint.save_hyperbolic(ckpt, v), lambda: checkpoint.load_hyperbolic(ckpt))
+        built.hyp = beside.result("hyperbolic", lambda: checkpoint.load_hyperbolic(ckpt))
         writer.add("hyperbolic", built.chunk_ids, built.hyp.storage(), metric="L2")

@@ -4,7 +4,8 @@ Stages, in order (each module in indexing/stages/ holds its build and its update
 (chunk, embed, extract), knowledge, graph, structure (Cleora), vectors (knowledge texts),
 hierarchy, hyperbolic, lexical (BM25 postings), then vectors and snapshot written and a version
 committed. This process (the driver) holds counts and file spans only: the ingest streams through
-Ray Data into shards, and everything after it runs in one Ray actor on a worker (indexing/assemble.py).
+Ray Data into shards, and everything after it runs in one Ray actor on a worker (indexing/assemble.py),
+but hyperbolic and lexical, Ray tasks it starts beside its own stages (indexing/beside.py).
 
 The build is resumable (indexing/checkpoint.py): each finished stage's outputs are kept under
 `<index>/builds/<fingerprint>/` until the commit, and a rerun of the same command loads them.

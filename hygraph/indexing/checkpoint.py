@@ -11,9 +11,11 @@ recorded and is written again. Every file is written whole or not at all (store/
 and the record (`build.json`) is rewritten atomically after each stage. The commit removes the
 checkpoint.
 
-Stages that are pure, quick functions of the ingest output (knowledge, hybrid graph, lexical postings)
-are derived again rather than stored. The driver opens the checkpoint and the assembling actor
-(indexing/assemble.py) carries on with it: the checkpoint directory must be reachable from both.
+Stages that are pure, quick functions of the ingest output (knowledge, hybrid graph) are derived again
+rather than stored. The driver opens the checkpoint and the assembling actor (indexing/assemble.py) carries
+on with it, and the stages it runs as Ray tasks beside it (indexing/beside.py) write their outputs there:
+the checkpoint directory must be reachable from all of them. Only the assembler writes the record (from
+two threads: its stages, and the one that records a finished task).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -35,12 +38,16 @@ from hygraph.indexing.stages.hierarchy import HierarchyResult
 from hygraph.indexing.stages.hyperbolic import Trained
 from hygraph.processes import locked, pid_alive
 from hygraph.store import stage_files
+from hygraph.store.artifacts import LEXICAL_CHUNKS, LEXICAL_ENTITIES, Artifact, PostingsRow
 from hygraph.store.files import write_atomic
 
 T = TypeVar("T")
 FORMAT = 1
 BUILDS = "builds"  # under the index directory
 RECORD = "build.json"
+# The assembler records a task that finished (indexing/beside.py) from a thread of its own, while its stages
+# record theirs: the record is changed and serialized under this lock.
+_RECORD_LOCK = threading.Lock()
 
 
 @dataclass
@@ -140,12 +147,13 @@ class Checkpoint:
 
     def finish(self, stage: str, seconds: float, llm_calls: dict[str, int] | None = None) -> None:
         """Record `stage` as finished: its outputs are on disk."""
-        if stage not in self.record.done:
-            self.record.done.append(stage)
-        self.record.seconds[stage] = seconds
-        if llm_calls:
-            self.record.llm_calls[stage] = dict(llm_calls)
-        self._save()
+        with _RECORD_LOCK:
+            if stage not in self.record.done:
+                self.record.done.append(stage)
+            self.record.seconds[stage] = seconds
+            if llm_calls:
+                self.record.llm_calls[stage] = dict(llm_calls)
+            self._save()
 
     def llm_calls(self) -> dict[str, int]:
         """The LLM calls the recorded stages made, per role (added to this run's, the build's total)."""
@@ -163,14 +171,16 @@ class Checkpoint:
     def kept_collections(self, generation: int) -> dict[str, str]:
         """The collections fully written for `generation`; a record for another generation is reset (its
         collections are garbage collected as those of a build that never published)."""
-        if self.record.generation != generation:
-            self.record.generation, self.record.collections = generation, {}
-            self._save()
-        return dict(self.record.collections)
+        with _RECORD_LOCK:
+            if self.record.generation != generation:
+                self.record.generation, self.record.collections = generation, {}
+                self._save()
+            return dict(self.record.collections)
 
     def collection_written(self, kind: str, name: str) -> None:
-        self.record.collections[kind] = name
-        self._save()
+        with _RECORD_LOCK:
+            self.record.collections[kind] = name
+            self._save()
 
     def write_arrays(self, name: str, arrays: dict[str, np.ndarray]) -> None:
         self.bytes_written += stage_files.write_arrays(self.dir / f"{name}.npz", arrays)
@@ -245,6 +255,16 @@ def load_hyperbolic(ckpt: Checkpoint) -> Trained:
     terms = [set(t) for t in ckpt.read_table("hyperbolic").column("terms").to_pylist()]
     arrays = ckpt.read_arrays("hyperbolic")
     return Trained(terms, arrays["edges"], arrays["points"], float(arrays["M"]))
+
+
+def save_lexical(ckpt: Checkpoint, tables: dict[Artifact[PostingsRow], pa.Table]) -> None:
+    for artifact, table in tables.items():
+        ckpt.write_table(artifact.name, table)
+
+
+def load_lexical(ckpt: Checkpoint, graph: bool) -> dict[Artifact[PostingsRow], pa.Table]:
+    """The postings tables `save_lexical` kept: the entities' too for a graph index."""
+    return {a: ckpt.read_table(a.name) for a in (LEXICAL_CHUNKS, LEXICAL_ENTITIES) if graph or a is LEXICAL_CHUNKS}
 
 
 def save_named(ckpt: Checkpoint, stage: str, arrays: dict[str, np.ndarray], ids: dict[str, list[str]]) -> None:

@@ -105,7 +105,12 @@ class VersionWriter:
 
     def replace(self, artifact: Artifact[RowT], rows: list[RowT], dims: dict[str, int]) -> None:
         """The artifact is exactly `rows` (a full build): one segment, no history."""
-        self.tables[artifact.name] = TableRef([self._segment(artifact, artifact.to_arrow(rows, dims), [])], len(rows))
+        self.replace_table(artifact, artifact.to_arrow(rows, dims))
+
+    def replace_table(self, artifact: Artifact[Any], table: pa.Table) -> None:
+        """`replace` with rows already in the artifact's Arrow schema (a build's stage that made them in
+        another process)."""
+        self.tables[artifact.name] = TableRef([self._segment(artifact, table, [])], table.num_rows)
 
     def change(self, base: Table[RowT] | None, artifact: Artifact[RowT], rows: list[RowT], dead: Sequence[str],
                dims: dict[str, int]) -> None:

@@ -82,7 +82,7 @@ def test_a_killed_build_resumes_to_the_same_version(demo_build, questions, tmp_p
     again = last_json(run_cli(*args))
     stats = again["stats"]
     assert again["resumed_stages"] == stats["resumed_stages"] == [
-        "chunk+embed+extract", "cleora", "embed entities, relations, hyperedges", "hierarchy", "hyperbolic"]
+        "chunk+embed+extract", "cleora", "embed entities, relations, hyperedges", "hierarchy", "hyperbolic", "lexical"]
     # Every collection recorded at the kill is kept (the killed build's actor may have finished more in the
     # second before Ray ended it: they were recorded whole, and are kept too).
     assert set(rec["collections"]) <= set(stats["collections_kept"])

@@ -17,7 +17,8 @@ from tests.raycluster import RayCluster
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(bool(netns.unavailable()), reason=f"no private namespaces: {netns.unavailable()}")]
 
-# Ray Data and the encoder actors, and the stages the assembling actor runs itself (every stage after ingest).
+# Ray Data and the encoder actors, the stages the assembling actor runs itself and the Ray tasks it starts beside
+# it (hyperbolic, lexical: indexing/beside.py).
 RAY_STAGES = ("chunk+embed+extract", "embed entities, relations, hyperedges", "hierarchy", "knowledge",
               "hybrid graph", "cleora", "hyperbolic", "lexical", "write vectors")
 COUNTS = ("documents", "chunks", "entities", "relations", "hyperedges", "summaries", "layers")
@@ -104,5 +105,9 @@ def test_a_multinode_build_survives_a_node_death_and_resumes_after_a_driver_kill
     # workers ran it. (The Ray Data stages use both when their input spans several bundles: 16 passages and
     # their 400-odd knowledge texts are one bundle each, so which workers ran them is printed, not asserted.)
     assert placed["hierarchy"] == alive
+    # Hyperbolic and lexical, Ray tasks of their own, ran on the other worker than the assembler's (which ran
+    # knowledge), unless this run loaded them from the checkpoint.
+    for stage in {"hyperbolic", "lexical"} - set(again["resumed_stages"]):
+        assert placed[stage] == alive - placed["knowledge"], stage
     assert set(again["stats"]["worker_peak_rss_bytes_per_node"]) == {
         n for ns in again["stats"]["nodes_per_stage"].values() for n in ns}

@@ -15,12 +15,13 @@ from hygraph.config import HygraphConfig, VectorStoreConfig
 from hygraph.errors import InputError, StoreError
 from hygraph.indexing import checkpoint
 from hygraph.indexing.checkpoint import BuildRecord, Checkpoint
-from hygraph.indexing.stages import ingest
+from hygraph.indexing.stages import ingest, lexical
 from hygraph.indexing.stages.hierarchy import HierarchyResult
 from hygraph.indexing.stages.hyperbolic import Trained
 from hygraph.indexing.stages.vectors import CollectionWriter
 from hygraph.model import Document
 from hygraph.store import lease, stage_files
+from hygraph.store.artifacts import LEXICAL_CHUNKS
 from hygraph.store.index import Index
 from hygraph.store.versions import IndexStore
 
@@ -119,6 +120,11 @@ def test_hierarchy_hyperbolic_and_named_arrays_load_as_saved(tmp_path):
     assert back.terms == [{"a", "b"}, set()] and back.M == 2.5
     assert np.array_equal(back.edges, trained.edges) and np.array_equal(back.points, trained.points)
 
+    postings = lexical.build(["c1", "c2"], ["Dan Smith's film", "the harbor"], ["dan smith"])
+    checkpoint.save_lexical(ck, postings)
+    assert checkpoint.load_lexical(ck, graph=True) == postings
+    assert list(checkpoint.load_lexical(ck, graph=False)) == [LEXICAL_CHUNKS]
+
     ids = {"nodes": ["c1", "e1"]}
     checkpoint.save_named(ck, "cleora", {"cleora": np.eye(2)}, ids)
     assert np.array_equal(checkpoint.load_named(ck, "cleora", ids)["cleora"], np.eye(2))
@@ -148,6 +154,13 @@ def test_ingest_shards_keep_only_whole_documents_in_corpus_order(tmp_path):
     ing = ingest.read_shards(tmp_path, docs, extract=False)
     assert [c.id for c in ing.chunks] == ["b:0", "a:0", "a:1"]
     assert ing.embeddings.tolist() == [[0, 0], [0, 0], [1, 1]] and ing.chunks[1].title == "A"
+    # The Ray task stages' reader: the same chunks in the same order, the documents' order read from the corpus.
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in docs))
+    ids, texts, vecs = ingest.read_texts(tmp_path, str(corpus), vectors=True)
+    assert ids == [c.id for c in ing.chunks] and texts == [c.text for c in ing.chunks]
+    assert vecs.tolist() == ing.embeddings.tolist()
+    assert ingest.read_texts(tmp_path, str(corpus), vectors=False)[:2] == (ids, texts)
 
 
 def test_a_resumed_writer_keeps_the_collections_written_and_rewrites_the_rest(tmp_path):

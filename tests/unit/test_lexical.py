@@ -97,9 +97,9 @@ def test_lexical_stage_update_writes_the_change_and_reads_back_as_a_build(tmp_pa
     dims = {"text": 2}
     store = IndexStore(tmp_path, create=True)
     with store.begin() as w:
-        for artifact, rows in lexical_stage.build(["c1", "c2"], ["Dan Smith directed Film X.", "The harbor."],
-                                                  ["dan smith", "film x"]).items():
-            w.replace(artifact, rows, dims)
+        for artifact, table in lexical_stage.build(["c1", "c2"], ["Dan Smith directed Film X.", "The harbor."],
+                                                   ["dan smith", "film x"]).items():
+            w.replace_table(artifact, table)
         w.replace(ENTITIES, [_entity("dan smith"), _entity("film x")], dims)
         w.commit(Manifest(dims=dims, graph=True))
     state = IndexState(store.open())

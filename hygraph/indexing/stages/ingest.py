@@ -27,7 +27,7 @@ from hygraph.config import EmbedderConfig, HygraphConfig, LLMConfig
 from hygraph.core.chunking import token_windows
 from hygraph.indexing.chunker import chunk_documents
 from hygraph.indexing.progress import Stages
-from hygraph.model import Chunk, CorpusScan, CorpusSpan, Document, Extraction, read_span
+from hygraph.model import Chunk, CorpusScan, CorpusSpan, Document, Extraction, corpus_ids, read_span
 from hygraph.store import stage_files
 
 if TYPE_CHECKING:
@@ -279,18 +279,43 @@ def read_shards(shard_dir: Path, docs: list[Document], extract: bool) -> Ingeste
     t = _shards(shard_dir)
     if t is None:
         return Ingested([], np.zeros((0, 0), np.float32), [], 0)
-    whole = set(complete_documents(shard_dir).to_pylist())
+    rows = _corpus_order(t, shard_dir, {d.id: i for i, d in enumerate(docs)})
     cols = {k: t.column(k).to_pylist() for k in CHUNK_COLS}
-    position = {d.id: i for i, d in enumerate(docs)}
-    rows = [i for i in _latest_rows(cols["id"]).values() if cols["doc_id"][i] in whole]
-    rows.sort(key=lambda i: (position[cols["doc_id"][i]], cols["ordinal"][i]))
-    emb = t.column("embedding").combine_chunks()
-    vecs = emb.flatten().to_numpy().reshape(len(emb), emb.type.list_size)[rows]
+    vecs = _vectors(t, rows)
     chunks = [Chunk(*(cols[k][i] for k in CHUNK_COLS)) for i in rows]
     if not extract:
         return Ingested(chunks, vecs, [], 0)
     return Ingested(chunks, vecs, ShardExtractions(t.column("extraction"), rows),
                     sum(t.column("llm_calls").to_pylist()))
+
+
+def read_texts(shard_dir: Path, corpus: str, vectors: bool) -> tuple[list[str], list[str], np.ndarray]:
+    """The chunks' ids, texts and (with `vectors`, else an empty array) embeddings, in `read_shards`' order,
+    reading only those columns of the shards and only the documents' ids from the corpus: what a stage run
+    as a Ray task of its own needs (indexing/beside.py), without the corpus or the extractions."""
+    cols = ("id", "doc_id", "ordinal", "text", *(("embedding",) if vectors else ()))
+    t = _shards(shard_dir, cols)
+    if t is None:
+        return [], [], np.zeros((0, 0), np.float32)
+    rows = _corpus_order(t, shard_dir, {doc_id: i for i, doc_id in enumerate(corpus_ids(corpus))})
+    ids, texts = t.column("id").to_pylist(), t.column("text").to_pylist()
+    return ([ids[i] for i in rows], [texts[i] for i in rows],
+            _vectors(t, rows) if vectors else np.zeros((len(rows), 0), np.float32))
+
+
+def _corpus_order(t: pa.Table, shard_dir: Path, position: dict[str, int]) -> list[int]:
+    """The shard rows of whole documents' chunks, each chunk's last row, in corpus order (document position,
+    then ordinal)."""
+    whole = set(complete_documents(shard_dir).to_pylist())
+    ids, doc_ids, ordinals = (t.column(k).to_pylist() for k in ("id", "doc_id", "ordinal"))
+    rows = [i for i in _latest_rows(ids).values() if doc_ids[i] in whole]
+    rows.sort(key=lambda i: (position[doc_ids[i]], ordinals[i]))
+    return rows
+
+
+def _vectors(t: pa.Table, rows: list[int]) -> np.ndarray:
+    emb = t.column("embedding").combine_chunks()
+    return emb.flatten().to_numpy().reshape(len(emb), emb.type.list_size)[rows]
 
 
 def chunk(cfg: HygraphConfig, docs: Sequence[Document]) -> list[Chunk]:

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Iterable, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from hygraph.core.lexical import analyze
 from hygraph.indexing.state import IndexState
@@ -30,11 +31,12 @@ def postings(ids: Sequence[str], texts: Sequence[str]) -> list[PostingsRow]:
 
 
 def build(chunk_ids: Sequence[str], chunk_texts: Sequence[str],
-          entity_ids: Sequence[str] | None) -> dict[Artifact[PostingsRow], list[PostingsRow]]:
-    """The rows of both artifacts; entity postings only for a graph index (`entity_ids` not None)."""
-    out = {LEXICAL_CHUNKS: postings(chunk_ids, chunk_texts)}
+          entity_ids: Sequence[str] | None) -> dict[Artifact[PostingsRow], pa.Table]:
+    """Both artifacts' tables (entity postings only for a graph index: `entity_ids` not None), in Arrow: the
+    build runs this as a Ray task of its own and keeps them in its checkpoint until the snapshot is written."""
+    out = {LEXICAL_CHUNKS: LEXICAL_CHUNKS.to_arrow(postings(chunk_ids, chunk_texts), {})}
     if entity_ids is not None:
-        out[LEXICAL_ENTITIES] = postings(entity_ids, entity_ids)
+        out[LEXICAL_ENTITIES] = LEXICAL_ENTITIES.to_arrow(postings(entity_ids, entity_ids), {})
     return out
 
 
