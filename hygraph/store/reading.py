@@ -102,7 +102,7 @@ class VersionReader:
         lease before anything of it is read."""
         if number is not None:
             self.lease.hold(number)
-        version = self.index.files.open(number)
+        version = self.index.files.open(number, reuse=previous.version if previous is not None else None)
         collections = version.manifest.collections
         for name in collections.values():
             self.index.vectors.open(name)

@@ -20,10 +20,14 @@ RECENT = 4096  # key locations a table keeps (a few hundred bytes each)
 
 
 class Table(Generic[RowT]):
-    def __init__(self, artifact: Artifact[RowT], source: Source, names: Sequence[str], rows: int) -> None:
+    def __init__(self, artifact: Artifact[RowT], source: Source, names: Sequence[str], rows: int,
+                 reuse: "Table[RowT] | None" = None) -> None:
+        """`reuse`: a table of the same artifact in an earlier version, whose segments of the same name are taken
+        as they are (mapped once: opening a segment costs about a millisecond, and a version shares most)."""
         self.artifact = artifact
         self.segments_names = list(names)
-        self.segments = [Segment(artifact, source, n) for n in names]
+        known = dict(zip(reuse.segments_names, reuse.segments)) if reuse is not None else {}
+        self.segments = [known.get(n) or Segment(artifact, source, n) for n in names]
         self._newest_first = self.segments[::-1]
         self._rows = rows
         self._recent: dict[str, tuple[Segment, int] | None] = {}

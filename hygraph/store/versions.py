@@ -62,13 +62,17 @@ _SEGMENT = re.compile(r"^segments/([^/]+)/(\d{6,})-(\d+)\.(arrow|keys\.npy|dead\
 class Version:
     """One published version: its manifest and every artifact's segments, mapped at open."""
 
-    def __init__(self, store: "IndexStore", manifest: Manifest) -> None:
+    def __init__(self, store: "IndexStore", manifest: Manifest, reuse: "Version | None" = None) -> None:
         self.store, self.manifest, self.version = store, manifest, manifest.version
         self._tables: dict[str, Table[Any]] = {}
+        # A segment's name is never given to other content once published, so the mapped segments of `reuse`
+        # (an earlier version of this store) that this one names again are shared, not opened again.
+        before = reuse._tables if reuse is not None and reuse.store is store else {}
         try:
             for name, ref in manifest.tables.items():
                 artifact = ARTIFACTS[name]
-                self._tables[name] = Table(artifact, store.segment_source(name), ref.segments, ref.rows)
+                self._tables[name] = Table(artifact, store.segment_source(name), ref.segments, ref.rows,
+                                           reuse=before.get(name))
         except KeyError as exc:
             raise StoreError(f"index version {self.version} names an unknown artifact {exc}") from None
 
@@ -244,8 +248,9 @@ class IndexStore:
             raise StoreError(f"index version {v} is missing from {self.uri}") from None
         return Manifest.from_json(data, f"{self.uri}/{_manifest_key(v)}")
 
-    def open(self, version: int | None = None) -> Version:
-        return Version(self, self.manifest(version))
+    def open(self, version: int | None = None, reuse: Version | None = None) -> Version:
+        """Version `version` (None: the current one), sharing the segments it has in common with `reuse`."""
+        return Version(self, self.manifest(version), reuse)
 
     def is_published(self, version: int) -> bool:
         """Whether version `version`'s manifest landed: then it is published, even if its writer failed before

@@ -165,7 +165,7 @@ class Publisher:
         # Published: nothing after this point may fail the change's jobs.
         try:
             assert self.live is not None
-            self.live.version = self.store.open(w.version)
+            self.live.version = self.store.open(w.version, reuse=self.live.version)
         except Exception as exc:  # noqa: BLE001 - the next change reloads what is published
             self.live = None
             log.warning("reopening version %d failed: %s", w.version, bounded_error(f"{type(exc).__name__}: {exc}"))

@@ -73,6 +73,19 @@ def test_a_version_writes_only_its_changes_and_older_versions_keep_theirs(tmp_pa
     assert store.current_version() == v3
 
 
+def test_a_version_opened_after_another_shares_the_segments_both_name(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    v1 = _commit(store, replace=_docs("a", "b"))
+    old = store.open(v1)
+    v2 = _commit(store, old.table(DOCUMENTS), rows=_docs("c"), dead=["a"])
+    new = store.open(v2, reuse=old)
+    before, after = old.table(DOCUMENTS), new.table(DOCUMENTS)
+    assert after.segments[0] is before.segments[0] and len(after.segments) == 2
+    assert sorted(after.ids()) == ["b", "c"] and sorted(before.ids()) == ["a", "b"]  # each its own rows
+    other = IndexStore(tmp_path)  # another store object of the index: nothing shared with it
+    assert other.open(v2, reuse=old).table(DOCUMENTS).segments[0] is not before.segments[0]
+
+
 def test_live_rows_between_shadowed_ones_are_read_as_slices_in_row_order(tmp_path):
     """A segment whose rows are shadowed here and there yields its live runs, each a zero-copy slice."""
     store = IndexStore(tmp_path, create=True)
