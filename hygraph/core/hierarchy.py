@@ -25,20 +25,32 @@ def summary_key(member_ids: Iterable[str]) -> str:
 
 
 def most_mentioned(mentions: Sequence[np.ndarray], k: int) -> np.ndarray:
-    """The k most frequent values of the concatenated `mentions` (small non-negative ints), ties broken by
-    first occurrence: what `collections.Counter(...).most_common(k)` gives over the same sequence, in O(n) C
-    steps instead of a Python step per mention (a top summary's leaves mention every entity of the corpus)."""
+    """The k most frequent values of the concatenated `mentions` (non-negative ints), ties broken by first
+    occurrence: what `collections.Counter(...).most_common(k)` gives over the same sequence, in C steps
+    instead of a Python step per mention (a top summary's leaves mention every entity of the corpus)."""
     seq = np.concatenate(mentions) if len(mentions) else np.zeros(0, np.int64)
     if not len(seq) or k <= 0:
         return np.zeros(0, np.int64)
-    counts = np.bincount(seq)
+    span = int(seq.max()) + 1
+    if len(seq) * DENSE_MENTIONS < span:
+        # Few mentions of a wide range (most summaries: a segment's leaves): count the distinct values only.
+        values, first, inverse = np.unique(seq, return_index=True, return_inverse=True)
+        counts = np.bincount(inverse.ravel(), minlength=len(values))
+        return values[np.lexsort((first, -counts))[:k]].astype(np.int64)
+    # Many (a top summary): counts over the whole range in O(n), no sort of the sequence.
+    counts = np.bincount(seq, minlength=span)
     # Every value as frequent as the k-th most frequent one is a candidate: ties at the cut need their first
     # occurrence to be ranked.
-    cut = max(int(np.partition(counts, len(counts) - k)[len(counts) - k]) if len(counts) > k else 1, 1)
+    cut = max(int(np.partition(counts, span - k)[span - k]) if span > k else 1, 1)
     candidates = np.flatnonzero(counts >= cut)
-    first = np.full(len(counts), len(seq), np.int64)
+    first = np.full(span, len(seq), np.int64)
     np.minimum.at(first, seq, np.arange(len(seq)))
     return candidates[np.lexsort((first[candidates], -counts[candidates]))[:k]]
+
+
+# `most_mentioned` counts over the whole range of values once the mentions number at least 1/DENSE_MENTIONS of
+# it: an array of the range costs more than sorting a short sequence, less than sorting a long one.
+DENSE_MENTIONS = 4
 
 
 # Rows normalized at a time by `layer0_features`: its temporaries stay a few MB, whatever the corpus.
