@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 from hygraph.data import DEMO_DIR  # noqa: E402
 from loadtests.common import OFFLINE_ENV, pcts, say  # noqa: E402
 from tests.raycluster import RayCluster  # noqa: E402
-from tests.s3server import WEED  # noqa: E402
+from tests.s3server import weed_command  # noqa: E402
 
 TAG = "bench_s3_cluster"
 BUCKET, PREFIX = "hygraph-bench", "index"
@@ -55,19 +55,10 @@ AWS = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_PORTS[0]}", "AWS_ACCESS_KEY_ID
 # ---------------------------------------------------------------------------------------------- outside
 
 
-def weed_command(directory: Path) -> list[str]:
-    s3, s3g, master, masterg, volume, volumeg, filer, filerg = S3_PORTS
-    return [WEED, "server", f"-dir={directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
-            f"-master.port={master}", f"-master.port.grpc={masterg}", f"-volume.port={volume}",
-            f"-volume.port.grpc={volumeg}", f"-filer.port={filer}", f"-filer.port.grpc={filerg}",
-            "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3g}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            "-master.volumeSizeLimitMB=64", "-volume.max=64"]
-
-
 def start_weed(cluster: RayCluster, work: Path) -> subprocess.Popen:
     (work / "weed").mkdir(exist_ok=True)
     with (work / "weed.log").open("a") as log:
-        proc = cluster.popen(weed_command(work / "weed"), env={**os.environ, **AWS}, stdout=log, stderr=log)
+        proc = cluster.popen(weed_command(work / "weed", S3_PORTS), env={**os.environ, **AWS}, stdout=log, stderr=log)
     wait = ("import boto3, time\n"
             "c = boto3.client('s3')\n"
             "for _ in range(240):\n"

@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 WEED = shutil.which("weed") or str(Path(sys.executable).with_name("weed"))
 
@@ -62,7 +62,9 @@ class S3Server:
         deadline = time.monotonic() + ready_s
         while not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"weed server did not start:\n{(self.directory / 'weed.log').read_text()[-3000:]}")
+                free = shutil.disk_usage(self.directory).free
+                raise RuntimeError(f"weed server did not start ({free / 2**30:.1f} GiB free under {self.directory}):\n"
+                                   f"{(self.directory / 'weed.log').read_text()[-3000:]}")
             time.sleep(0.5)
 
     def _answers(self) -> bool:
@@ -98,15 +100,24 @@ def available() -> bool:
     return Path(WEED).is_file()
 
 
+def weed_command(directory: Path, ports: Sequence[int]) -> list[str]:
+    """`weed server` with S3 on loopback: `ports` are the S3, master, volume and filer ports, each HTTP then gRPC."""
+    s3, s3g, master, masterg, volume, volumeg, filer, filerg = ports
+    return [WEED, f"-logdir={directory}", "server", f"-dir={directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",
+            f"-master.port={master}", f"-master.port.grpc={masterg}", f"-volume.port={volume}",
+            f"-volume.port.grpc={volumeg}", f"-filer.port={filer}", f"-filer.port.grpc={filerg}",
+            "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3g}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-master.volumeSizeLimitMB=64", "-volume.max=64",
+            # weed's default marks every volume read-only below 1% of the disk free (2.5 GiB of a 250 GiB
+            # disk), which refuses every write of a test that needs a few MiB
+            "-volume.minFreeSpace=256MiB"]
+
+
 @contextmanager
 def seaweedfs(directory: Path, ready_s: float = 60) -> Iterator[S3Server]:
-    s3, s3g, master, masterg, volume, volumeg, filer, filerg = _free_ports(8)
-    command = [WEED, "server", f"-dir={directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
-               f"-master.port={master}", f"-master.port.grpc={masterg}", f"-volume.port={volume}",
-               f"-volume.port.grpc={volumeg}", f"-filer.port={filer}", f"-filer.port.grpc={filerg}",
-               "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3g}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-               "-master.volumeSizeLimitMB=64", "-volume.max=64"]
-    server = S3Server(f"http://127.0.0.1:{s3}", command, directory)
+    ports = _free_ports(8)
+    server = S3Server(f"http://127.0.0.1:{ports[0]}", weed_command(directory, ports), directory)
     try:
         server.start(ready_s)
         yield server
