@@ -5,7 +5,10 @@ Two parts, each on a fresh local Ray per configuration:
    of the same Ray: `split` (Ingress -> Embedder -> Retriever -> Generator, three handle calls),
    `retriever` (the default: the Retriever embeds, batching concurrent questions, and answers extractively,
    one handle call), `grpc` (`retriever` over Serve's gRPC inter-deployment transport),
-   `haproxy` (`retriever` behind Serve's HAProxy ingress instead of its Python proxy).
+   `haproxy` (`retriever` behind Serve's HAProxy ingress instead of its Python proxy), `direct` (`retriever`
+   with Serve's direct ingress: the Ingress replica serves HTTP, no proxy; no echo row), `throughput`
+   (Ray's RAY_SERVE_THROUGHPUT_OPTIMIZED bundle: direct ingress, gRPC, user code on the event loop) and
+   `throughput-proxy` (the bundle, the load sent through the proxy Serve keeps on the head node).
    Echo, dense and hybrid at concurrency 1 and 16.
 2. **Matrix** (the default topology): echo, dense and every mode at concurrency 1, 4, 16 and 32
    with QPS, p50, p99 and the CPU time of the whole service per query.
@@ -61,7 +64,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "retriever": {},
     "grpc": {"env": {"RAY_SERVE_USE_GRPC_BY_DEFAULT": "1"}},
     "haproxy": {"env": {"RAY_SERVE_ENABLE_HA_PROXY": "1"}},
+    # Serve's direct ingress: the Ingress replica serves HTTP itself on a port of its own, with no proxy actor in
+    # the request's path (the echo app, a second ingress, is left out). `throughput` is Ray's bundle
+    # of it with gRPC between deployments, user code on the replica's event loop and no per-request log
+    # lines (RAY_SERVE_THROUGHPUT_OPTIMIZED).
+    # `throughput-proxy` is that bundle with the load sent to the serve port, through the proxy Serve keeps on
+    # the head node.
+    "direct": {"env": {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}},
+    "throughput": {"env": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}},
+    "throughput-proxy": {"env": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}},
 }
+DIRECT = ("direct", "throughput", "throughput-proxy")  # direct ingress on: each ingress replica takes a port
+TO_REPLICA = ("direct", "throughput")  # load sent to the Ingress replica's own port
 
 
 @serve.deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 0})
@@ -223,21 +237,29 @@ def _configure(base: HygraphConfig, store: str, variant: str) -> HygraphConfig:
     return HygraphConfig.model_validate(tree)
 
 
-def _deployed(cfg: HygraphConfig, variant: str, index_dir: str, port: int) -> None:
-    env = VARIANTS[variant].get("env", {})
-    os.environ.update(env)
+def _env(variant: str, replica_port: int) -> dict[str, str]:
+    env = dict(VARIANTS[variant].get("env", {}))
+    if variant in DIRECT:  # the Ingress replica's own HTTP port: the allocator's range is that port alone
+        env.update(RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT=str(replica_port),
+                   RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT=str(replica_port + 1))
+    return env
+
+
+def _deployed(cfg: HygraphConfig, variant: str, index_dir: str, port: int, replica_port: int) -> None:
+    os.environ.update(_env(variant, replica_port))
     init_ray(cfg.ray)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(cfg, index_dir), name=APP_NAME, route_prefix="/")
-    serve.run(Echo.bind(), name="echo", route_prefix="/echo")
+    if variant not in DIRECT:
+        serve.run(Echo.bind(), name="echo", route_prefix="/echo")
 
 
-def _teardown(variant: str) -> None:
+def _teardown(variant: str, replica_port: int) -> None:
     import ray
 
     serve.shutdown()
     ray.shutdown()
-    for key in VARIANTS[variant].get("env", {}):
+    for key in _env(variant, replica_port):
         os.environ.pop(key, None)
 
 
@@ -270,20 +292,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         for store in args.stores.split(","):
             for variant in args.variants.split(","):
-                port = free_port()
+                # With direct ingress Serve still runs a proxy on the serve port (head node only), and each
+                # ingress replica listens on a port of its own, where the load goes (a cluster's load balancer
+                # would send it there).
+                port, replica_port = free_port(), free_port()
                 cfg = _configure(base_cfg, store, variant)
                 try:
-                    _deployed(cfg, variant, args.index_dir, port)
+                    _deployed(cfg, variant, args.index_dir, port, replica_port)
                 except Exception as exc:  # noqa: BLE001 - a variant this Ray cannot run is reported, not hidden
                     report["topologies"].setdefault(store, {})[variant] = {
                         "error": f"{type(exc).__name__}: {exc}"[:300]}
                     print(f"[bench] {store}/{variant}: could not deploy: {exc}", file=sys.stderr)
-                    _teardown(variant)
+                    _teardown(variant, replica_port)
                     continue
                 try:
                     with ExitStack() as stack:
-                        load = _loader(f"http://127.0.0.1:{port}", Path(tmp))
-                        targets = {"echo": Target("/echo", _bodies(questions, None))}
+                        load = _loader(f"http://127.0.0.1:{replica_port if variant in TO_REPLICA else port}",
+                                       Path(tmp))
+                        targets = {} if variant in DIRECT else {"echo": Target("/echo", _bodies(questions, None))}
                         if store == "milvus" and not args.no_plain:
                             plain = stack.enter_context(PlainServer(cfg, args.index_dir, Path(tmp)))
                             targets["plain"] = Target("/v1/query", _bodies(questions, None), plain.base,
@@ -298,7 +324,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                                [int(c) for c in args.levels.split(",")],
                                                                args.seconds, f"{store}/matrix")
                 finally:
-                    _teardown(variant)
+                    _teardown(variant, replica_port)
     return report
 
 
@@ -325,7 +351,7 @@ def markdown(res: dict[str, Any]) -> str:
                 c1, c16 = r["c1"], r["c16"]
                 lines.append(f"| {variant} | {name} | {c1['qps']} | {c1['p50_ms']} | {c1['p99_ms']} | {c16['qps']} | "
                              f"{c16['p99_ms']} | {_ratio(r, plain, 'c1')} | {_ratio(r, plain, 'c16')} | "
-                             f"{_ratio(r, targets['echo'], 'c16')} | {c16['cpu_ms_per_query']} | "
+                             f"{_ratio(r, targets.get('echo'), 'c16')} | {c16['cpu_ms_per_query']} | "
                              f"{c1['errors'] + c16['errors']} |")
         lines.append("")
     for store, targets in res["matrix"].items():
