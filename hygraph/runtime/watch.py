@@ -9,7 +9,6 @@ here when the child could not write its own.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -17,12 +16,19 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import IO, Any, Callable, Sequence
+from typing import IO, Any, Sequence
 
 CHILD_ENV = "HYGRAPH_WATCHED"  # set in the child: it runs the command itself
 RAY_LOGS = "[ray] Ray's logs: "  # the line init_ray writes; named again in a failure line
-READ_AFTER_EXIT_S = 5.0
-PR_SET_PDEATHSIG = 1  # prctl(2)  # a process the child left behind may hold its pipes: output is read this long after
+READ_AFTER_EXIT_S = 5.0  # a process the child left behind may hold its pipes: output is read this long after
+# The child's first program: it asks for SIGKILL when the watcher dies (prctl(2) PR_SET_PDEATHSIG = 1; the
+# setting outlives execve), gives up if the watcher is gone already, and becomes the command. This is not a
+# `preexec_fn`: Python code between fork and exec can crash or deadlock the child when the watcher has threads
+# (it aborted the child with SIGABRT once in a test process full of them).
+DIE_WITH_WATCHER = ("import ctypes, os, signal, sys\n"
+                    "if ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != int(sys.argv[1]):\n"
+                    "    os._exit(1)\n"
+                    "os.execvp(sys.argv[2], sys.argv[2:])\n")
 
 
 def is_child() -> bool:
@@ -35,9 +41,11 @@ def run_watched(argv: Sequence[str], program: Sequence[str] = (sys.executable, "
 
     The child has its own process group, so a terminal's Ctrl-C reaches it once, through this process
     (SIGINT and SIGTERM are forwarded, and `signalled` is set)."""
-    proc = subprocess.Popen([*program, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, CHILD_ENV: "1"}, process_group=0,
-                            preexec_fn=_die_with(os.getpid()) if sys.platform.startswith("linux") else None)
+    command = [*program, *argv]
+    if sys.platform.startswith("linux"):  # the child dies with this process, as the command did before it ran here
+        command = [sys.executable, "-S", "-c", DIE_WITH_WATCHER, str(os.getpid()), *command]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, CHILD_ENV: "1"}, process_group=0)
 
     def forward(signum: int, _frame: Any) -> None:
         if signalled is not None:
@@ -74,16 +82,6 @@ def run_watched(argv: Sequence[str], program: Sequence[str] = (sys.executable, "
     logs = f"; Ray's logs: {last_err[1]}" if len(last_err) > 1 else ""
     print(f"hygraph: failed: {how}{logs}", file=sys.stderr, flush=True)
     return 128 - status if status < 0 else status or 1
-
-
-def _die_with(parent: int) -> Callable[[], None]:
-    """In the child before it runs: killed when this process dies (as the command itself was, before it ran in
-    a child; Ray's own processes in turn die with their driver)."""
-    def arrange() -> None:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the watcher died before the arrangement took
-            os._exit(1)
-    return arrange
 
 
 def _stdout(stream: IO[bytes], results: list[dict[str, Any]]) -> None:
