@@ -9,7 +9,7 @@ import socket
 import sys
 import time
 import warnings
-from typing import Any
+from typing import Any, Mapping
 
 from hygraph.config import RayConfig
 from hygraph.runtime.loopback import LOOPBACK_ENV, SETUP_HOOK, is_loopback, request_loopback
@@ -30,7 +30,8 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_P
 QUIET_SERVE_ENV = {"RAY_SERVE_LOG_TO_STDERR": "0"}
 
 
-def init_ray(cfg: RayConfig, metrics_port: int | None = None, log_to_driver: bool = False) -> None:
+def init_ray(cfg: RayConfig, metrics_port: int | None = None, log_to_driver: bool = False,
+             env: Mapping[str, str] | None = None) -> None:
     """Join `cfg.address` when set, else start a local Ray; no-op when Ray is already up.
 
     A local Ray listens on 127.0.0.1 only when `cfg.loopback_only` (the local profile);
@@ -39,7 +40,8 @@ def init_ray(cfg: RayConfig, metrics_port: int | None = None, log_to_driver: boo
     server's log is where an actor's errors belong; Serve's own components log to files in any case); the
     directory is named once on stderr. (It stays
     Ray's own, under its temp dir: Ray's sockets live there too and must fit a 107-byte socket path,
-    which a directory under the index cannot promise.)
+    which a directory under the index cannot promise.) `env`: more variables for this process and Ray's
+    workers (Serve's settings are read by its controller and replicas).
     """
     if not cfg.address and cfg.loopback_only:
         request_loopback()
@@ -47,8 +49,9 @@ def init_ray(cfg: RayConfig, metrics_port: int | None = None, log_to_driver: boo
 
     if ray.is_initialized():
         return
-    os.environ.update({**OFFLINE_ENV, **QUIET_SERVE_ENV})
-    runtime_env: dict[str, Any] = {"env_vars": {**OFFLINE_ENV, **QUIET_SERVE_ENV}}
+    env_vars = {**OFFLINE_ENV, **QUIET_SERVE_ENV, **(env or {})}
+    os.environ.update(env_vars)
+    runtime_env: dict[str, Any] = {"env_vars": env_vars}
     # A terminal is for hygraph's own lines: Ray's warnings (token authentication, resource hints) go to Ray's
     # log files only.
     kwargs = dict(logging_level=logging.ERROR, configure_logging=True, log_to_driver=log_to_driver)

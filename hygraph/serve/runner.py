@@ -17,7 +17,7 @@ from hygraph.runtime import ensure_port_free, init_ray
 from hygraph.updater import indexes
 from hygraph.updater.actor import start_updater, stop_updater
 from hygraph.config import HygraphConfig
-from hygraph.errors import HygraphError
+from hygraph.errors import ConfigError, HygraphError
 from hygraph.serve.app import APP_NAME, LLM_APP_NAME, LLM_ROUTE, build_app, llm_app
 from hygraph.serve.http import api_keys
 from hygraph.serve.supervisor import say as _say
@@ -49,6 +49,7 @@ def run_server(cfg: HygraphConfig, index_dir: str, host: str, port: int, address
         signal.signal(sig, lambda *_: stop.set())
     ray_cfg = cfg.ray.model_copy(update={"address": address}) if address else cfg.ray
     ensure_port_free(host, port, "serve.port (--port)")
+    proxy_port, serve_env = http_ingress(cfg, host, port)
     index_dir = index_uri(index_dir)
     registry = IndexRegistry(index_dir, cfg.store.cache_dir)
     # The managed vector store lives in this node's directory for the index (the index itself when local).
@@ -57,8 +58,9 @@ def run_server(cfg: HygraphConfig, index_dir: str, host: str, port: int, address
         if not ray_cfg.address:
             _adopt_orphans()
         _say("starting Ray" if not ray_cfg.address else f"joining Ray at {ray_cfg.address}")
-        init_ray(ray_cfg, metrics_port=cfg.serve.metrics_port, log_to_driver=True)
-        serve.start(http_options={"host": host, "port": port, "request_timeout_s": cfg.serve.request_timeout_s})
+        init_ray(ray_cfg, metrics_port=cfg.serve.metrics_port, log_to_driver=True, env=serve_env)
+        serve.start(http_options={"host": host, "port": proxy_port,
+                                  "request_timeout_s": cfg.serve.request_timeout_s})
         vllm = llm_app(cfg)
         if vllm is not None:
             _say(f"deploying vLLM ({cfg.llm.vllm_model_source}) at {LLM_ROUTE}")
@@ -83,7 +85,9 @@ def run_server(cfg: HygraphConfig, index_dir: str, host: str, port: int, address
             _say(f"writes (POST /v1/documents, DELETE /v1/documents/ID) need "
                  f"-H \"Authorization: Bearer {_key_hint(cfg)}\"")
         _say("Ctrl-C stops the service")
-        _watch(stop, "127.0.0.1" if host in ("0.0.0.0", "::") else host, port, cfg.serve.ray_lost_after_s,
+        # The proxy's port tells whether the node's Ray lives (an Ingress replica serving `port` itself may
+        # restart alone).
+        _watch(stop, "127.0.0.1" if host in ("0.0.0.0", "::") else host, proxy_port, cfg.serve.ray_lost_after_s,
                _local_ray_processes())
         _say("stopping")
     except RayLost:
@@ -116,6 +120,26 @@ class RayLost(HygraphError):
 # Ray tears down what this process started in a few seconds; with its node gone it can wait on dead peers.
 RAY_SHUTDOWN_S = 20.0
 PROBE_EVERY_S = 1.0
+
+
+def http_ingress(cfg: HygraphConfig, host: str, port: int) -> tuple[int, dict[str, str]]:
+    """Where Serve's proxy listens, and the environment Serve's controller and replicas need: `port` itself, or,
+    with `serve.direct_ingress`, a free port, the Ingress replica being given `port` (the range Serve allocates
+    an ingress replica's HTTP port from is that port alone)."""
+    if not cfg.serve.direct_ingress:
+        return port, {}
+    ingress = cfg.serve.ingress
+    if ingress.autoscaling is not None or ingress.num_replicas != 1:
+        raise ConfigError("serve.direct_ingress: the Ingress replica listens on serve.port itself, so there is "
+                          "one: set serve.ingress.num_replicas to 1, without autoscaling")
+    if cfg.llm.backend == "vllm" and cfg.llm.vllm_model_source:
+        raise ConfigError("serve.direct_ingress: the vLLM app (llm.vllm_model_source) is reached through Serve's "
+                          "proxy on serve.port; turn direct_ingress off to serve vLLM in the cluster")
+    with socket.socket() as s:
+        s.bind((host, 0))
+        proxy_port = int(s.getsockname()[1])
+    return proxy_port, {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
+                        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1)}
 
 
 def _watch(stop: threading.Event, host: str, port: int, lost_after_s: float, ray: dict[int, str]) -> None:
