@@ -344,7 +344,7 @@ class ServeConfig(Section):
     embedding: Literal["retriever", "deployment"] = "retriever"
     answer: Literal["auto", "retriever", "deployment"] = "auto"
     # Ray Serve's direct ingress: the Ingress replica serves HTTP itself on `port`, with no proxy actor between
-    # a client and it (docs/bench/serve_direct.md: a third less CPU per query, ~30% more QPS on 2 cores).
+    # a client and it (docs/bench/serve_direct_demo_milvus.md: ~30% more QPS, a third less CPU per query).
     # Serve keeps its proxy on the head node, on a free port of `host`. One Ingress replica, and no
     # in-cluster vLLM app (a second ingress, which would need a port of its own).
     direct_ingress: bool = False
