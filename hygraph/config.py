@@ -345,9 +345,16 @@ class ServeConfig(Section):
     answer: Literal["auto", "retriever", "deployment"] = "auto"
     # Ray Serve's direct ingress: the Ingress replica serves HTTP itself on `port`, with no proxy actor between
     # a client and it (docs/bench/serve_direct_demo_milvus.md: ~30% more QPS, a third less CPU per query).
-    # Serve keeps its proxy on the head node, on a free port of `host`. One Ingress replica, and no
-    # in-cluster vLLM app (a second ingress, which would need a port of its own).
-    direct_ingress: bool = False
+    # Serve keeps its proxy on the head node, on a free port of `host`. It needs one Ingress replica, no
+    # in-cluster vLLM app (a second ingress, which would need a port of its own), and a Ray of this process's
+    # own (a joined cluster may place the replica on another node). None (the default): direct where those
+    # hold, Serve's proxy elsewhere; true: direct or refuse; false: the proxy.
+    direct_ingress: bool | None = None
+    # How long a stopping Ingress replica keeps answering under direct ingress, for a load balancer in front of
+    # it to take it out of rotation (Serve's RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S, whose default of
+    # 30 s holds serve.port, and every stop and restart of `hygraph serve`, that long). Requests in flight are
+    # finished either way.
+    direct_ingress_drain_s: float = Field(2.0, ge=0)
     # The ingress's max_ongoing_requests also caps the batch the embedder can form.
     ingress: DeploymentConfig = DeploymentConfig(max_ongoing_requests=64)
     embedder: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=64, max_queued_requests=512)

@@ -92,18 +92,44 @@ def _quiet_ray_data() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module=r"ray\.")  # tuning hints, every run
 
 
-def ensure_port_free(host: str, port: int, setting: str) -> None:
-    """Fail at once, naming the setting, when `port` is taken: Ray's raylet would otherwise die later
-    with an unrelated "GCS overloaded" timeout."""
-    with socket.socket() as s:
-        # As the servers bind: a port whose last listener died leaves connections in TIME_WAIT, which
-        # must not read as taken (a restarted `hygraph serve` binds the port its dead proxy had).
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise InputError(f"{setting}: port {port} on {host} is in use ({exc.strerror}); "
-                             "choose another port") from None
+def ensure_port_free(host: str, port: int, setting: str, *, reuse_address: bool = True,
+                     linger_wait_s: float = 0.0) -> None:
+    """Fail at once, naming the setting, when a server listens on `port`: Ray's raylet would otherwise die
+    later with an unrelated "GCS overloaded" timeout. `reuse_address`: the port is bound as the server will
+    bind it. With SO_REUSEADDR (Serve's proxy, Ray) the connections a dead listener left in TIME_WAIT do not
+    count as taken (a restarted `hygraph serve` binds the port its dead proxy had); a server binding without
+    it cannot have the port until they time out, which is waited for up to `linger_wait_s` when nothing
+    listens on the port."""
+    deadline = time.monotonic() + linger_wait_s
+    waiting = False
+    while True:
+        with socket.socket() as s:
+            if reuse_address:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+                return
+            except OSError as exc:
+                error = exc.strerror
+        if _listening(host, port) or time.monotonic() >= deadline:
+            raise InputError(f"{setting}: port {port} on {host} is in use ({error}); choose another port")
+        if not waiting:
+            log.warning("%s: port %d on %s still has the connections of its last server closing; waiting up "
+                        "to %.0f s for them to time out", setting, port, host, linger_wait_s)
+            waiting = True
+        time.sleep(0.5)
+
+
+def _listening(host: str, port: int) -> bool:
+    """Whether a server accepts connections on the port (a refused connection: nobody listens)."""
+    probe = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    try:
+        socket.create_connection((probe, port), timeout=1.0).close()
+    except ConnectionRefusedError:
+        return False
+    except OSError:
+        return True  # unreachable or slow to answer: not known to be free
+    return True
 
 
 def _start_local(ray: Any, cfg: RayConfig, kwargs: dict[str, Any]) -> Any:

@@ -48,8 +48,13 @@ def run_server(cfg: HygraphConfig, index_dir: str, host: str, port: int, address
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     ray_cfg = cfg.ray.model_copy(update={"address": address}) if address else cfg.ray
-    ensure_port_free(host, port, "serve.port (--port)")
-    proxy_port, serve_env = http_ingress(cfg, host, port)
+    proxy_port, serve_env = http_ingress(cfg, host, port, joined=bool(ray_cfg.address))
+    # Bound as its server will bind it: an Ingress replica serving the port itself (direct ingress) sets no
+    # SO_REUSEADDR, so the connections its predecessor left closing (TIME_WAIT, up to a minute after a
+    # restart) keep the port from it until they time out.
+    direct = proxy_port != port
+    ensure_port_free(host, port, "serve.port (--port)", reuse_address=not direct,
+                     linger_wait_s=PORT_LINGER_S if direct else 0.0)
     index_dir = index_uri(index_dir)
     registry = IndexRegistry(index_dir, cfg.store.cache_dir)
     # The managed vector store lives in this node's directory for the index (the index itself when local).
@@ -119,27 +124,44 @@ class RayLost(HygraphError):
 
 # Ray tears down what this process started in a few seconds; with its node gone it can wait on dead peers.
 RAY_SHUTDOWN_S = 20.0
+# Linux keeps a closed connection's port in TIME_WAIT for 60 s (and an orphaned FIN_WAIT2 as long).
+PORT_LINGER_S = 75.0
 PROBE_EVERY_S = 1.0
 
 
-def http_ingress(cfg: HygraphConfig, host: str, port: int) -> tuple[int, dict[str, str]]:
+def http_ingress(cfg: HygraphConfig, host: str, port: int, joined: bool) -> tuple[int, dict[str, str]]:
     """Where Serve's proxy listens, and the environment Serve's controller and replicas need: `port` itself, or,
-    with `serve.direct_ingress`, a free port, the Ingress replica being given `port` (the range Serve allocates
-    an ingress replica's HTTP port from is that port alone)."""
-    if not cfg.serve.direct_ingress:
+    with direct ingress (`serve.direct_ingress`), a free port, the Ingress replica being given `port` (the range
+    Serve allocates an ingress replica's HTTP port from is that port alone). `joined`: Ray is a cluster this
+    process joined, whose Ingress replica may run on another node."""
+    wanted = cfg.serve.direct_ingress
+    if wanted is False:
         return port, {}
-    ingress = cfg.serve.ingress
-    if ingress.autoscaling is not None or ingress.num_replicas != 1:
-        raise ConfigError("serve.direct_ingress: the Ingress replica listens on serve.port itself, so there is "
-                          "one: set serve.ingress.num_replicas to 1, without autoscaling")
-    if cfg.llm.backend == "vllm" and cfg.llm.vllm_model_source:
-        raise ConfigError("serve.direct_ingress: the vLLM app (llm.vllm_model_source) is reached through Serve's "
-                          "proxy on serve.port; turn direct_ingress off to serve vLLM in the cluster")
+    why_not = _not_direct(cfg, joined)
+    if why_not:
+        if wanted:
+            raise ConfigError(f"serve.direct_ingress: {why_not}; set it to false (or leave it unset: Serve's "
+                              "proxy is then used where direct ingress cannot be)")
+        return port, {}
     with socket.socket() as s:
         s.bind((host, 0))
         proxy_port = int(s.getsockname()[1])
     return proxy_port, {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
-                        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1)}
+                        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1),
+                        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": str(cfg.serve.direct_ingress_drain_s)}
+
+
+def _not_direct(cfg: HygraphConfig, joined: bool) -> str:
+    """Why the service cannot use direct ingress ("" when it can)."""
+    ingress = cfg.serve.ingress
+    if ingress.autoscaling is not None or ingress.num_replicas != 1:
+        return ("the Ingress replica listens on serve.port itself, so there is one: serve.ingress.num_replicas "
+                "must be 1, without autoscaling")
+    if cfg.llm.backend == "vllm" and cfg.llm.vllm_model_source:
+        return "the vLLM app (llm.vllm_model_source) is reached through Serve's proxy on serve.port"
+    if joined:
+        return "a joined Ray cluster (ray.address) may place the Ingress replica on another node"
+    return ""
 
 
 def _watch(stop: threading.Event, host: str, port: int, lost_after_s: float, ray: dict[int, str]) -> None:

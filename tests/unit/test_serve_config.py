@@ -76,18 +76,26 @@ def test_vllm_generation_is_only_deployed_when_configured():
 def test_direct_ingress_gives_the_ingress_replica_the_serve_port_and_serves_proxy_another():
     from hygraph.serve.runner import http_ingress
 
-    cfg = load_config(ROOT / "configs" / "local.yaml", env={})
-    assert http_ingress(cfg, "127.0.0.1", 8123) == (8123, {})  # the default: Serve's proxy on the port
-    direct = load_config(ROOT / "configs" / "local.yaml", env={}, serve={"direct_ingress": True})
-    proxy_port, env = http_ingress(direct, "127.0.0.1", 8123)
+    def local(**serve: object) -> object:
+        return load_config(ROOT / "configs" / "local.yaml", env={}, serve=serve)
+
+    # The default: direct where it can be (one Ingress replica, a Ray of the service's own).
+    proxy_port, env = http_ingress(local(), "127.0.0.1", 8123, joined=False)
     assert proxy_port != 8123 and env == {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
                                           "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": "8123",
-                                          "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": "8124"}
-    for serve in ({"direct_ingress": True, "ingress": {"num_replicas": 2}},
-                  {"direct_ingress": True, "ingress": {"autoscaling": {"max_replicas": 3}}}):
+                                          "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": "8124",
+                                          "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2.0"}
+    assert http_ingress(local(), "127.0.0.1", 8123, joined=True) == (8123, {})  # Serve's proxy on the port
+    assert http_ingress(local(direct_ingress=False), "127.0.0.1", 8123, joined=False) == (8123, {})
+    for serve in ({"ingress": {"num_replicas": 2}}, {"ingress": {"autoscaling": {"max_replicas": 3}}}):
+        assert http_ingress(local(**serve), "127.0.0.1", 8123, joined=False) == (8123, {})
         with pytest.raises(ConfigError, match="serve.direct_ingress"):
-            http_ingress(load_config(ROOT / "configs" / "local.yaml", env={}, serve=serve), "127.0.0.1", 8123)
-    vllm = load_config(ROOT / "configs" / "local.yaml", env={}, serve={"direct_ingress": True},
-                       llm={"backend": "vllm", "vllm_model_source": "/models/x"})
+            http_ingress(local(direct_ingress=True, **serve), "127.0.0.1", 8123, joined=False)
+    with pytest.raises(ConfigError, match="joined Ray cluster"):
+        http_ingress(local(direct_ingress=True), "127.0.0.1", 8123, joined=True)
+    vllm = {"backend": "vllm", "vllm_model_source": "/models/x"}
+    assert http_ingress(load_config(ROOT / "configs" / "local.yaml", env={}, llm=vllm), "127.0.0.1", 8123,
+                        joined=False) == (8123, {})
     with pytest.raises(ConfigError, match="vLLM"):
-        http_ingress(vllm, "127.0.0.1", 8123)
+        http_ingress(load_config(ROOT / "configs" / "local.yaml", env={}, serve={"direct_ingress": True}, llm=vllm),
+                     "127.0.0.1", 8123, joined=False)
