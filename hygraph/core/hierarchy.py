@@ -24,6 +24,11 @@ def summary_key(member_ids: Iterable[str]) -> str:
     return sha1("\n".join(sorted(member_ids)))
 
 
+# `most_mentioned` counts over the whole range of values once the mentions number at least 1/DENSE_MENTIONS of
+# it: an array of the range costs more than sorting a short sequence, less than sorting a long one.
+DENSE_MENTIONS = 4
+
+
 def most_mentioned(mentions: Sequence[np.ndarray], k: int) -> np.ndarray:
     """The k most frequent values of the concatenated `mentions` (non-negative ints), ties broken by first
     occurrence: what `collections.Counter(...).most_common(k)` gives over the same sequence, in C steps
@@ -46,11 +51,6 @@ def most_mentioned(mentions: Sequence[np.ndarray], k: int) -> np.ndarray:
     first = np.full(span, len(seq), np.int64)
     np.minimum.at(first, seq, np.arange(len(seq)))
     return candidates[np.lexsort((first[candidates], -counts[candidates]))[:k]]
-
-
-# `most_mentioned` counts over the whole range of values once the mentions number at least 1/DENSE_MENTIONS of
-# it: an array of the range costs more than sorting a short sequence, less than sorting a long one.
-DENSE_MENTIONS = 4
 
 
 # Rows normalized at a time by `layer0_features`: its temporaries stay a few MB, whatever the corpus.
