@@ -145,7 +145,21 @@ def forward_push(walk: Walk, reset: np.ndarray, damping: float = 0.5, epsilon: f
         if stranded > 0:
             residual[seeds] += stranded * seed_share
             targets = np.concatenate([targets, seeds])
-        # Deduplicated after the threshold: far fewer nodes cross it than are touched.
-        active = np.unique(targets[residual[targets] > epsilon])
+        active = _over(residual, targets, epsilon)
     p += (1.0 - damping) * residual
     return p.astype(np.float32), rounds
+
+
+# A round that touched more than 1/SCAN_SHARE of the nodes finds the next active ones by scanning every node's
+# residual: then a scan costs less than deduplicating the touched ones (demo graph, 15k nodes: 1.7 -> 1.0 ms a walk).
+SCAN_SHARE = 16
+
+
+def _over(residual: np.ndarray, touched: np.ndarray, epsilon: float) -> np.ndarray:
+    """The nodes whose residual exceeds `epsilon`, ascending, given every node whose residual changed this round
+    (`touched`, with repeats). Only a touched node can be over: an active node's residual was zeroed, and every
+    other node's was at most `epsilon` after the previous round (by induction: the seeds start at most there)."""
+    if touched.size * SCAN_SHARE > residual.size:
+        return np.flatnonzero(residual > epsilon)
+    # Deduplicated after the threshold: far fewer nodes cross it than are touched.
+    return np.unique(touched[residual[touched] > epsilon])
