@@ -43,12 +43,26 @@ class StringIndex(Mapping[str, int]):
     """Value -> position of mapped strings, through their sorted hashes; the bytes are compared after a hash
     matches, so a collision never answers a wrong position."""
 
+    # Answers kept, found or not: each query looks up a few hundred ids (its walk's seeds: the chunks the searches
+    # found), many of them the same as the queries before it asked for, and a hash lookup costs ~2 us.
+    RECENT = 4096
+
     def __init__(self, strings: Strings, sorted_hashes: np.ndarray, rows: np.ndarray) -> None:
         self.strings, self.hashes, self.rows = strings, sorted_hashes, rows
+        self._recent: dict[str, int | None] = {}
 
     def get(self, key: object, default: int | None = None) -> int | None:  # type: ignore[override]
         if not isinstance(key, str):
             return default
+        # -1: not asked yet (rows are >= 0). One read, not `in` then `[]`: another thread may clear it between.
+        row = self._recent.get(key, -1)
+        if row == -1:
+            if len(self._recent) >= self.RECENT:
+                self._recent.clear()
+            row = self._recent[key] = self._find(key)
+        return default if row is None else row
+
+    def _find(self, key: str) -> int | None:
         h = key_hash(key)
         i = int(self.hashes.searchsorted(h))
         raw = None
@@ -58,7 +72,7 @@ class StringIndex(Mapping[str, int]):
             if self.strings.equals(row, raw):
                 return row
             i += 1
-        return default
+        return None
 
     def __getitem__(self, key: str) -> int:
         row = self.get(key)
