@@ -95,6 +95,8 @@ class Strings(Sequence[str]):
 
     def __init__(self, offsets: np.ndarray, data: memoryview) -> None:
         self.offsets, self.data = offsets, data
+        # The same offsets read as Python ints: indexing a memoryview costs a third of indexing the array.
+        self._at = memoryview(offsets)
 
     @classmethod
     def of(cls, array: pa.Array) -> "Strings":
@@ -120,8 +122,10 @@ class Strings(Sequence[str]):
             row += len(self)
             if row < 0:
                 raise IndexError(row)
-        # Past the end, offsets[row + 1] raises the IndexError that ends an iteration.
-        return bytes(self.data[self.offsets[row]:self.offsets[row + 1]]).decode("utf-8")
+        # Past the end, _at[row + 1] raises the IndexError that ends an iteration. Decoded from the mapped
+        # bytes in place (no copy into a bytes object first).
+        at = self._at
+        return str(self.data[at[row]:at[row + 1]], "utf-8")
 
     def part(self, start: int, stop: int) -> "Strings":
         return Strings(self.offsets[start:stop + 1], self.data)
