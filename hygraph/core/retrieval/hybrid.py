@@ -17,8 +17,7 @@ import numpy as np
 
 from hygraph.core.retrieval.context import Context, Search, passages_from_chunks, pool_size
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
-from hygraph.core.retrieval.items import (chunk_item, entity_item, relation_item, searched_members, select_relations,
-                                          summary_item)
+from hygraph.core.retrieval.items import chunk_item, entity_item, relation_item, select_relations, summary_item
 from hygraph.core.retrieval.linking import link_entities
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate
 from hygraph.core.retrieval.view import IndexView, QuestionEntities
@@ -60,14 +59,15 @@ def hybrid(question: str, query_vec: np.ndarray, k: int, view: IndexView, search
 
     communities = [sid for sid, _ in summary_hits]
     entity_ids = [eid for eid, _ in entity_hits]
-    # E_all is only ever asked about the ends of the searched relations, so the community
-    # members are looked up among those ends only.
-    ends = {end for rid, _ in relation_hits for end in _ends(view.relations[rid])}
-    entity_set = set(entity_ids) | searched_members(communities, ends, view)
+    retrieved = set(entity_ids)
+    under = set(communities)
     retrieved_chunks = {cid for cid, _ in chunk_hits[:k]}
 
     def in_entity_set(eid: str) -> bool:
-        return eid in entity_set or not retrieved_chunks.isdisjoint(view.entity_chunks.get(eid, ()))
+        # E_all is asked about the ends of the searched relations only until k candidates are found, so each
+        # end asked is tested (a community member: a summary above it was retrieved), and no other relation is read.
+        return (eid in retrieved or not under.isdisjoint(view.node_summaries.get(eid, ()))
+                or not retrieved_chunks.isdisjoint(view.entity_chunks.get(eid, ())))
 
     # lazy: the community members are walked only when the search yields too few candidates
     fallback_order = chain(entity_ids, *(view.summary_leaves.get(sid, ()) for sid in communities))
@@ -83,7 +83,3 @@ def hybrid(question: str, query_vec: np.ndarray, k: int, view: IndexView, search
         relations=[relation_item(rid, score, view) for rid, score in relations],
         passages=passages_from_chunks(chunks, view.titles, k),
     )
-
-
-def _ends(relation: tuple[str, str, str, float]) -> tuple[str, str]:
-    return relation[0], relation[2]
