@@ -93,7 +93,8 @@ class ExactVectors:
                 allowed = at_layer if allowed is None else allowed & at_layer
             rows = top_rows(scores, k, allowed)
             found += zip(scores[rows].tolist(), [p] * len(rows), rows.tolist())
-        found.sort(key=lambda hit: -hit[0])
+        if len(self.parts) > 1:  # one part's rows come best first already (`top_rows`)
+            found.sort(key=lambda hit: -hit[0])
         return [(self.parts[p].ids[row], score) for score, p, row in found[:k]]
 
 
