@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hygraph.core.lsh import hash_codes, make_hyperplanes, partition
+from hygraph.core.lsh import HASH_ROWS, hash_codes, make_hyperplanes, partition
 from hygraph.model import SummaryNode, sha1
 
 # (member ids per segment, texts of the summaries built so far by id) -> one summary text per segment.
@@ -56,18 +56,12 @@ def most_mentioned(mentions: Sequence[np.ndarray], k: int) -> np.ndarray:
 # Rows normalized at a time by `layer0_features`: its temporaries stay a few MB, whatever the corpus.
 FEATURE_ROWS = 8192
 
+# A feature block: one array, or arrays whose rows follow one another (the chunks' text vectors, then the entities').
+Block = np.ndarray | Sequence[np.ndarray]
 
-def layer0_features(*blocks: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
-    """HyGRAG Alg. 1 lines 13-16: layer-0 node features, e.g. [text embedding ; Cleora embedding].
 
-    Each block is L2-normalized per row and scaled by 1/sqrt(len(blocks)), so every block
-    weighs the same in a cosine (and so in a hyperplane sign) and rows have unit norm.
-    An all-zero row of a block stays zero.
-
-    A block may be a list of arrays whose rows follow one another (the chunks' text vectors, then the
-    entities'): they are written into the result in slabs of FEATURE_ROWS rows, so the only array of the
-    corpus's size made here is the result (not a stacked copy of each block and its normalized copies).
-    """
+def _block_parts(blocks: Sequence[Block]) -> tuple[list[list[np.ndarray]], int, list[int]]:
+    """Each block as its list of row-parts, the number of rows the blocks share and each block's width."""
     if not blocks:
         raise ValueError("need at least one feature block")
     parts_of = [list(b) if isinstance(b, (list, tuple)) else [b] for b in blocks]
@@ -80,8 +74,23 @@ def layer0_features(*blocks: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
         if len(widths) != 1:
             raise ValueError(f"the parts of a feature block disagree on their width: {sorted(widths)}")
         dims.append(widths.pop())
+    return parts_of, rows.pop(), dims
+
+
+def layer0_features(*blocks: Block) -> np.ndarray:
+    """HyGRAG Alg. 1 lines 13-16: layer-0 node features, e.g. [text embedding ; Cleora embedding].
+
+    Each block is L2-normalized per row and scaled by 1/sqrt(len(blocks)), so every block
+    weighs the same in a cosine (and so in a hyperplane sign) and rows have unit norm.
+    An all-zero row of a block stays zero.
+
+    A block may be a list of arrays whose rows follow one another (the chunks' text vectors, then the
+    entities'): they are written into the result in slabs of FEATURE_ROWS rows, so the only array of the
+    corpus's size made here is the result (not a stacked copy of each block and its normalized copies).
+    """
+    parts_of, rows, dims = _block_parts(blocks)
     scale = np.float32(1.0 / np.sqrt(len(blocks)))
-    out = np.empty((rows.pop(), sum(dims)), np.float32)
+    out = np.empty((rows, sum(dims)), np.float32)
     col = 0
     for parts, dim in zip(parts_of, dims):
         row = 0
@@ -94,6 +103,47 @@ def layer0_features(*blocks: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
             row += np.shape(part)[0]
         col += dim
     return out
+
+
+def _block_rows(block: Block, start: int, stop: int) -> Block:
+    """Rows [start, stop) of a block; of a block in parts, the parts overlapping them, cut (views, no copies)."""
+    if not isinstance(block, (list, tuple)):
+        return block[start:stop]
+    cut, offset = [], 0
+    for part in block:
+        n = np.shape(part)[0]
+        if offset < stop and start < offset + n:
+            cut.append(part[max(start - offset, 0):stop - offset])
+        offset += n
+    return cut
+
+
+@dataclass(frozen=True, eq=False)
+class Layer0Blocks:
+    """Layer 0's feature blocks as `layer0_features` takes them, for `build_hierarchy` to hash without making
+    the features: an array of (chunks + entities) x every block's width, ~880 MB at 50k passages, that would
+    otherwise stay alive while every layer is summarized and embedded."""
+
+    blocks: tuple[Block, ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The features' shape (raises as `layer0_features` would on blocks that do not fit together)."""
+        _, rows, dims = _block_parts(self.blocks)
+        return rows, sum(dims)
+
+    def codes(self, hyperplanes: np.ndarray, device: str = "cpu") -> np.ndarray:
+        """hash_codes(layer0_features(*blocks), hyperplanes, device), bit for bit, from features made a slab
+        at a time. A slab is one of hash_codes' batches, so each float32 matmul gets the very rows it would
+        get from the whole features (its rounding may depend on them), and a multiple of FEATURE_ROWS, so an
+        unsplit block is normalized in the same slabs too."""
+        rows = self.shape[0]
+        codes = np.empty(rows, np.int64)
+        for start in range(0, rows, HASH_ROWS):
+            stop = min(start + HASH_ROWS, rows)
+            slab = layer0_features(*(_block_rows(b, start, stop) for b in self.blocks))
+            codes[start:stop] = hash_codes(slab, hyperplanes, device=device, batch_size=HASH_ROWS)
+        return codes
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,7 +183,7 @@ class Hierarchy:
 
 
 def build_hierarchy(
-    features: np.ndarray,
+    features: np.ndarray | Layer0Blocks,
     ids: Sequence[str],
     summarize: Summarize,
     embed: Embed,
@@ -149,7 +199,8 @@ def build_hierarchy(
     """HyGRAG Alg. 1 lines 14-26 / EraRAG Alg. 1: build summary layers over layer-0 nodes.
 
     features[i] is the layer-0 vector of ids[i] (see `layer0_features`; hashing only looks at
-    signs, so row scale does not matter). Each layer hashes the nodes below with
+    signs, so row scale does not matter), or `Layer0Blocks` to hash the first layer from without
+    making its features (the same codes, bit for bit). Each layer hashes the nodes below with
     make_hyperplanes(dim, k, seed) -- the same hyperplanes for every layer of equal dimension,
     as EraRAG re-hashes summaries with its stored hyperplanes -- partitions them into
     [s_min, s_max] segments, calls `summarize` once with every segment's member ids and the
@@ -160,9 +211,10 @@ def build_hierarchy(
     (Leiden communities) passes its summaries as `features`/`ids` and first_layer=2.
     Deterministic for a given seed when `summarize` and `embed` are.
     """
-    features = np.asarray(features, dtype=np.float32)
+    if not isinstance(features, Layer0Blocks):
+        features = np.asarray(features, dtype=np.float32)
     ids = list(ids)
-    if features.ndim != 2 or features.shape[0] != len(ids):
+    if len(features.shape) != 2 or features.shape[0] != len(ids):
         raise ValueError(f"features must be 2-D with one row per id ({len(ids)} ids, shape {features.shape})")
     if len(set(ids)) != len(ids):
         raise ValueError("duplicate ids")
@@ -178,7 +230,8 @@ def build_hierarchy(
     below_ids, below = ids, features
     for number in range(first_layer, first_layer + max_layers):
         hyperplanes = make_hyperplanes(below.shape[1], k, seed)
-        codes = hash_codes(below, hyperplanes, device=device)
+        codes = (below.codes(hyperplanes, device) if isinstance(below, Layer0Blocks)
+                 else hash_codes(below, hyperplanes, device=device))
         segments = partition(codes, s_min, s_max)
         if len(segments) >= len(below_ids):
             break

@@ -30,6 +30,8 @@ import torch
 from scipy.sparse.csgraph import connected_components
 
 MAX_BITS = 63
+# Rows per float32 matmul in `hash_codes`.
+HASH_ROWS = 65536
 # Elements per temporary (queries x candidates) block in the nearest-code search.
 _BLOCK_ELEMENTS = 1 << 21
 
@@ -47,7 +49,7 @@ def make_hyperplanes(dim: int, k: int, seed: int) -> np.ndarray:
 
 
 def hash_codes(vectors: np.ndarray, hyperplanes: np.ndarray, device: str = "cpu",
-               batch_size: int = 65536) -> np.ndarray:
+               batch_size: int = HASH_ROWS) -> np.ndarray:
     """HyGRAG eq. 8 / EraRAG Alg. 1 lines 4-5: bit j of row i's code is 1 iff vectors[i] . hyperplanes[j] > 0.
 
     Projections run as float32 torch matmuls on `device` in batches of `batch_size` rows.

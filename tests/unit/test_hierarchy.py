@@ -4,7 +4,9 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from hygraph.core.hierarchy import Hierarchy, build_hierarchy, layer0_features, most_mentioned, summary_key
+from hygraph.core.hierarchy import (Hierarchy, Layer0Blocks, build_hierarchy, layer0_features, most_mentioned,
+                                    summary_key)
+from hygraph.core.lsh import HASH_ROWS, hash_codes, make_hyperplanes
 from hygraph.model import sha1
 
 DIM = 16
@@ -159,6 +161,53 @@ def test_layer0_features_of_a_block_in_parts_equal_the_stacked_block(monkeypatch
     assert np.array_equal(got, layer0_features(stacked, structure))
     with pytest.raises(ValueError, match="width"):
         layer0_features([chunks, structure[:12]], structure)
+
+
+def big_blocks() -> tuple[list[np.ndarray], np.ndarray]:
+    """A text block in two parts (chunks, then entities) and a structure block, over more rows than one of
+    hash_codes' batches: neither part boundary nor the end falls on a slab boundary."""
+    rng = np.random.default_rng(5)
+    chunks = rng.standard_normal((20_011, 48)).astype(np.float32)
+    entities = rng.standard_normal((HASH_ROWS + 9_000, 48)).astype(np.float32)
+    entities[77] = 0.0
+    structure = rng.standard_normal((len(chunks) + len(entities), 16)).astype(np.float32)
+    return [chunks, entities], structure
+
+
+def test_layer0_blocks_hash_like_their_features_bit_for_bit():
+    text, structure = big_blocks()
+    planes = make_hyperplanes(64, 16, seed=2)
+    expect = hash_codes(layer0_features(text, structure), planes)
+    layer0 = Layer0Blocks((text, structure))
+    assert layer0.shape == (len(structure), 64)
+    got = layer0.codes(planes)
+    assert got.dtype == np.int64 and np.array_equal(got, expect)
+    assert len(np.unique(got)) > 1000  # the codes say something
+    # Blocks given whole are cut into the same slabs.
+    stacked = np.vstack(text)
+    assert np.array_equal(Layer0Blocks((stacked, structure)).codes(planes), expect)
+    planes = make_hyperplanes(48, 16, seed=2)
+    assert np.array_equal(Layer0Blocks((stacked,)).codes(planes), hash_codes(layer0_features(stacked), planes))
+
+
+def test_build_hierarchy_from_layer0_blocks_equals_from_their_features():
+    text, structure = big_blocks()
+    ids = [f"n{i}" for i in range(len(structure))]
+    args = {"k": 8, "seed": 4, "s_min": 100, "s_max": 400, "max_layers": 3}
+    a = build_hierarchy(layer0_features(text, structure), ids, summarize, embed, **args)
+    b = build_hierarchy(Layer0Blocks((text, structure)), ids, summarize, embed, **args)
+    assert len(a.layers) == len(b.layers) == 3
+    for la, lb in zip(a.layers, b.layers):
+        assert la.input_ids == lb.input_ids and la.node_ids == lb.node_ids
+        assert la.texts == lb.texts and la.keys == lb.keys
+        assert np.array_equal(la.codes, lb.codes)
+        assert np.array_equal(la.hyperplanes, lb.hyperplanes)
+        assert np.array_equal(la.embeddings, lb.embeddings)
+        assert [s.tolist() for s in la.segments] == [s.tolist() for s in lb.segments]
+    with pytest.raises(ValueError, match="one row per id"):
+        build_hierarchy(Layer0Blocks((text, structure)), ids[1:], summarize, embed)
+    with pytest.raises(ValueError, match="rows"):
+        build_hierarchy(Layer0Blocks((text, structure[1:])), ids, summarize, embed)
 
 
 def test_most_mentioned_counts_and_breaks_ties_by_first_occurrence():

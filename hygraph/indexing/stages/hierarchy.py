@@ -25,7 +25,8 @@ from hygraph.backends.graph import make_graph_kernels
 from hygraph.backends.llm.base import LLM, SummaryRequest
 from hygraph.config import HygraphConfig
 from hygraph.core.graph import HybridGraph
-from hygraph.core.hierarchy import Hierarchy, build_hierarchy, layer0_features, most_mentioned, summary_key
+from hygraph.core.hierarchy import (Hierarchy, Layer0Blocks, build_hierarchy, layer0_features, most_mentioned,
+                                    summary_key)
 from hygraph.core.leiden_context import context_aware_partition
 from hygraph.indexing.stages.hierarchy_layers import EntityNumbers, HierarchyEdit, LayerIndex
 from hygraph.indexing.stages.knowledge import Knowledge, entity_relations, per_chunk
@@ -236,10 +237,11 @@ def build(cfg: HygraphConfig, chunk_ids: Sequence[str], chunk_texts: Sequence[st
                s_max=h.s_max, min_layer_size=h.min_layer_size, device=resolve_device(h.device))
     if h.partitioner == "lsh":
         n_layer0 = len(hg.chunk_ids) + len(hg.entity_ids)
-        # The text block in its two parts: layer0_features writes them into the features without stacking.
+        # The blocks, not their features: build_hierarchy hashes layer 0 from them a slab at a time, so no array
+        # of the corpus's features lives through the summarizing. The text block stays in its two parts.
         blocks = {"text": [chunk_vecs, node_vecs["entities"]], "cleora": node_vecs["cleora"][:n_layer0]}
-        features = layer0_features(*(blocks[f] for f in h.layer0_features))
-        result.add_layers(build_hierarchy(features, [*hg.chunk_ids, *hg.entity_ids], max_layers=h.max_layers, **lsh))
+        layer0 = Layer0Blocks(tuple(blocks[f] for f in h.layer0_features))
+        result.add_layers(build_hierarchy(layer0, [*hg.chunk_ids, *hg.entity_ids], max_layers=h.max_layers, **lsh))
     else:
         ids, vecs = _leiden_layer(cfg, chunk_ids, hg, node_vecs, seg, embed, result)
         if len(ids) >= max(2, h.min_layer_size) and h.max_layers > 1:
