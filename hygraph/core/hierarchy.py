@@ -141,8 +141,9 @@ class Layer0Blocks:
         codes = np.empty(rows, np.int64)
         for start in range(0, rows, HASH_ROWS):
             stop = min(start + HASH_ROWS, rows)
-            slab = layer0_features(*(_block_rows(b, start, stop) for b in self.blocks))
-            codes[start:stop] = hash_codes(slab, hyperplanes, device=device, batch_size=HASH_ROWS)
+            # Not named: a slab held in a variable would still be alive while the next one is made.
+            codes[start:stop] = hash_codes(layer0_features(*(_block_rows(b, start, stop) for b in self.blocks)),
+                                           hyperplanes, device=device, batch_size=HASH_ROWS)
         return codes
 
 
