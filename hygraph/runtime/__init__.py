@@ -120,11 +120,15 @@ def ensure_port_free(host: str, port: int, setting: str, *, reuse_address: bool 
         time.sleep(0.5)
 
 
+def probe_host(host: str) -> str:
+    """Where this machine reaches a server bound to `host`: loopback for a wildcard address."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
 def _listening(host: str, port: int) -> bool:
     """Whether a server accepts connections on the port (a refused connection: nobody listens)."""
-    probe = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
     try:
-        socket.create_connection((probe, port), timeout=1.0).close()
+        socket.create_connection((probe_host(host), port), timeout=1.0).close()
     except ConnectionRefusedError:
         return False
     except OSError:

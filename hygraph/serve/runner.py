@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hygraph.backends import vectorstore
-from hygraph.runtime import ensure_port_free, init_ray
+from hygraph.runtime import ensure_port_free, init_ray, probe_host
 from hygraph.updater import indexes
 from hygraph.updater.actor import start_updater, stop_updater
 from hygraph.config import HygraphConfig
@@ -92,7 +92,7 @@ def run_server(cfg: HygraphConfig, index_dir: str, host: str, port: int, address
         _say("Ctrl-C stops the service")
         # The proxy's port tells whether the node's Ray lives (an Ingress replica serving `port` itself may
         # restart alone).
-        _watch(stop, "127.0.0.1" if host in ("0.0.0.0", "::") else host, proxy_port, cfg.serve.ray_lost_after_s,
+        _watch(stop, probe_host(host), proxy_port, cfg.serve.ray_lost_after_s,
                _local_ray_processes())
         _say("stopping")
     except RayLost:

@@ -17,7 +17,8 @@ import numpy as np
 
 from hygraph.core.retrieval.context import Context, Search, passages_from_chunks, pool_size
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
-from hygraph.core.retrieval.items import chunk_item, entity_item, relation_item, select_relations, summary_item
+from hygraph.core.retrieval.items import (chunk_item, entity_item, is_member, relation_item, select_relations,
+                                          summary_item)
 from hygraph.core.retrieval.linking import link_entities
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate
 from hygraph.core.retrieval.view import IndexView, QuestionEntities
@@ -66,7 +67,7 @@ def hybrid(question: str, query_vec: np.ndarray, k: int, view: IndexView, search
     def in_entity_set(eid: str) -> bool:
         # E_all is asked about the ends of the searched relations only until k candidates are found, so each
         # end asked is tested (a community member: a summary above it was retrieved), and no other relation is read.
-        return (eid in retrieved or not under.isdisjoint(view.node_summaries.get(eid, ()))
+        return (eid in retrieved or is_member(eid, under, view)
                 or not retrieved_chunks.isdisjoint(view.entity_chunks.get(eid, ())))
 
     # lazy: the community members are walked only when the search yields too few candidates

@@ -78,7 +78,12 @@ def searched_members(summary_ids: Iterable[str], searched: set[str], view: Index
     testing it against each summary's leaves: one lookup per searched id, not one per (summary, id).
     """
     wanted = set(summary_ids)
-    return {x for x in searched if not wanted.isdisjoint(view.node_summaries.get(x, ()))}
+    return {x for x in searched if is_member(x, wanted, view)}
+
+
+def is_member(node_id: str, summary_ids: set[str], view: IndexView) -> bool:
+    """Whether the node is a layer-0 member of one of the summaries (one lookup of the summaries above it)."""
+    return not summary_ids.isdisjoint(view.node_summaries.get(node_id, ()))
 
 
 def chunks_under(summary_ids: Sequence[str], chunk_hits: Sequence[tuple[str, float]], members: set[str],
