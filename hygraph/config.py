@@ -117,10 +117,12 @@ class VectorStoreConfig(Section):
     insert_batch: int = Field(2000, ge=1)
     # A version's chunks, entities or summaries of at most this many rows are searched exactly in the query
     # process, over the vectors its mapped segments hold (store/exact.py), instead of by a request to the
-    # store; 0: every search goes to the store.
-    exact_max_rows: int = Field(20_000, ge=0)
+    # store; 0: every search goes to the store. The default is about where the two cost the same: 50,000 rows
+    # of 384 floats cost 3.2 ms of CPU to scan (20,000: 1.3 ms), an embedded Milvus search 4-5 ms, client
+    # and server together (docs/bench/exact_search_musique.md).
+    exact_max_rows: int = Field(50_000, ge=0)
     # Relations and hyperedges too, over vectors read from the store: all of them at a reader's first load
-    # (12,825 relations: 1.3 s and 20 MB per replica), then at each newer version only the rows it added.
+    # (20,452 relations: 1.9 s more and 40 MiB more per replica), then at each newer version only the rows it added.
     exact_from_store: bool = True
     connect_timeout_s: float = Field(10.0, gt=0)
     device: Device = "auto"  # faiss only

@@ -314,7 +314,9 @@ class MilvusStore:
                 item_id = wanted.get(int(r["pk"]))
                 if item_id is not None and r["item_id"] != item_id:
                     raise StoreError(f"{name}: id {short(item_id)} shares its key with stored id {short(r['item_id'])}")
-                found[str(r["item_id"])] = r["vec"]
+                # As float32 at once: a list of Python floats costs ~8x its vector (20,452 relations read at
+                # a reader's load: 151 MiB of peak RSS as lists).
+                found[str(r["item_id"])] = np.asarray(r["vec"], dtype=np.float32)
         return found
 
     def drop(self, name: str) -> None:
