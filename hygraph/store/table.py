@@ -16,7 +16,9 @@ import pyarrow as pa
 from hygraph.store.artifacts import Artifact, RowT
 from hygraph.store.segment import DELETED, Segment, Source, key_hash
 
-RECENT = 4096  # key locations a table keeps (a few hundred bytes each)
+RECENT = 4096  # key locations a table keeps (a hundred bytes or so each)
+_ROWS = 1 << 40  # a kept location's segment place is its multiple of this, the row the rest
+_ABSENT = -1  # a kept location: no live row
 
 
 class Table(Generic[RowT]):
@@ -30,7 +32,11 @@ class Table(Generic[RowT]):
         self.segments = [known.get(n) or Segment(artifact, source, n) for n in names]
         self._newest_first = self.segments[::-1]
         self._rows = rows
-        self._recent: dict[str, tuple[Segment, int] | None] = {}
+        # Key -> `_ROWS` x the segment's place in `segments` + the row, or ABSENT: ints, not (segment, row) tuples,
+        # so the dict holds nothing the garbage collector tracks. Tuples kept from query to query would be
+        # promoted to its oldest generation, a few thousand a query, and make it sweep the whole heap every few
+        # dozen queries (tens of ms each in a serving process).
+        self._recent: dict[str, int] = {}
 
     def __len__(self) -> int:
         return self._rows
@@ -43,31 +49,48 @@ class Table(Generic[RowT]):
         return out
 
     def locate(self, key: str) -> tuple[Segment, int] | None:
+        code = self._code(key)
+        if code == _ABSENT:
+            return None
+        at, row = divmod(code, _ROWS)
+        return self.segments[at], row
+
+    def _code(self, key: str) -> int:
         # A request reads several columns of the same rows: the last few thousand locations are kept.
-        if key in self._recent:
-            return self._recent[key]
-        found = None
+        code = self._recent.get(key)
+        if code is None:
+            code = self._find(key)
+            if len(self._recent) >= RECENT:
+                self._recent.clear()
+            self._recent[key] = code
+        return code
+
+    def _find(self, key: str) -> int:
         h = key_hash(key)
-        for seg in self._newest_first:
-            row = seg.find(key, h)
+        for at in range(len(self.segments) - 1, -1, -1):
+            row = self.segments[at].find(key, h)
             if row is not None:
-                found = None if row == DELETED else (seg, row)
-                break
-        if len(self._recent) >= RECENT:
-            self._recent.clear()
-        self._recent[key] = found
-        return found
+                return _ABSENT if row == DELETED else at * _ROWS + row
+        return _ABSENT
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.locate(key) is not None
+        return isinstance(key, str) and self._code(key) != _ABSENT
 
     def value(self, key: str, column: str) -> Any:
         """One column of one row; KeyError when the key is absent."""
-        found = self.locate(key)
-        if found is None:
+        code = self._code(key)
+        if code == _ABSENT:
             raise KeyError(key)
-        seg, row = found
-        return seg.column(column)[row]
+        at, row = divmod(code, _ROWS)
+        return self.segments[at].column(column)[row]
+
+    def value_or(self, key: str, column: str, default: Any) -> Any:
+        """`value`, or `default` when the key is absent."""
+        code = self._code(key)
+        if code == _ABSENT:
+            return default
+        at, row = divmod(code, _ROWS)
+        return self.segments[at].column(column)[row]
 
     def get(self, key: str) -> RowT | None:
         found = self.locate(key)

@@ -75,11 +75,7 @@ class ColumnMap(_Keyed[V]):
         return self.table.value(key, self.column)
 
     def get(self, key: str, default: Any = None) -> Any:
-        found = self.table.locate(key) if isinstance(key, str) else None
-        if found is None:
-            return default
-        seg, row = found
-        return seg.column(self.column)[row]
+        return self.table.value_or(key, self.column, default) if isinstance(key, str) else default
 
 
 class RowMap(_Keyed[V]):

@@ -1,10 +1,11 @@
 import pickle
 import re
+from dataclasses import replace
 
 import pytest
 
 from hygraph.core.prompt import INSUFFICIENT, assemble_prompt
-from hygraph.core.retrieval.context import Context, ContextItem, LazySources, Passage
+from hygraph.core.retrieval.context import Context, ContextItem, LazySources, LazyTextItem, Passage
 
 
 def tokens(text: str) -> int:
@@ -172,3 +173,48 @@ def test_lazy_sources_resolve_once_equal_any_sequence_of_the_ids_and_pickle_as_a
     assert type(restored.sources) is tuple and restored.sources == ("p1", "p2")
     assert Context(entities=[ContextItem("e", "entity", "E", 0.5, lazy)]).to_dict()["entities"][0]["sources"] == \
         ("p1", "p2")
+
+
+def test_lazy_sources_compute_from_a_shared_function_and_its_arguments():
+    calls = []
+    lazy = LazySources(lambda a, b: calls.append((a, b)) or [a, b], "p1", "p2")
+    assert calls == [] and lazy == ("p1", "p2") and calls == [("p1", "p2")] and list(lazy) == ["p1", "p2"]
+    assert calls == [("p1", "p2")]
+
+
+def test_a_lazy_text_item_makes_its_text_once_on_read_and_is_otherwise_a_context_item():
+    made = []
+
+    def text_of(item_id: str) -> str:
+        made.append(item_id)
+        return f"text of {item_id}"
+
+    item = LazyTextItem.deferred("e", "entity", text_of, 0.5, ("p1",), links=("a", "b"))
+    other = LazyTextItem.deferred("f", "entity", text_of, 0.5, ("p1",))
+    plain = ContextItem("e", "entity", "text of e", 0.5, ("p1",), links=("a", "b"))
+    assert item != other and made == []  # ids differ: no text made to compare them
+    assert item == plain and plain == item and made == ["e"]
+    assert item.text == "text of e" and made == ["e"]
+    assert Context(entities=[item]).to_dict() == Context(entities=[plain]).to_dict()
+    copy = replace(item, number=3)
+    assert copy.text == "text of e" and copy.number == 3 and copy == replace(plain, number=3)
+    restored = pickle.loads(pickle.dumps(LazyTextItem.deferred("g", "entity", text_of, 0.25)))
+    assert type(restored) is ContextItem and restored == ContextItem("g", "entity", "text of g", 0.25)
+
+
+def test_the_budget_makes_the_text_of_the_lazy_items_it_reaches_only():
+    made: list[str] = []
+
+    def text_of(item_id: str) -> str:
+        made.append(item_id)
+        return f"Entity number {item_id}"
+
+    items = [ContextItem("doc-1", "chunk", "Passage about Prague Castle.", 0.9, ("doc-1",)),
+             *(LazyTextItem.deferred(f"e{i}", "entity", text_of, 0.8 - i / 100) for i in range(40))]
+    empty = prompt_tokens(assemble_prompt("q?", [], count_tokens=tokens))
+    prompt = assemble_prompt("q?", items, max_tokens=empty + 60, count_tokens=tokens)
+    kept = [it for it in prompt.items if it.kind == "entity"]
+    assert 0 < len(kept) < 40
+    # The kept items and the first one that did not fit.
+    assert made == [f"e{i}" for i in range(len(kept) + 1)]
+    assert [it.text for it in kept] == [f"Entity number e{i}" for i in range(len(kept))]

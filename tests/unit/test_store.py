@@ -1,5 +1,6 @@
 """The segmented version store: versions share segments, deltas shadow older rows, GC and compaction."""
 
+import gc
 import multiprocessing as mp
 import os
 
@@ -71,6 +72,22 @@ def test_a_version_writes_only_its_changes_and_older_versions_keep_theirs(tmp_pa
     assert sorted(latest.ids()) == ["a", "c", "d"] and len(latest) == 3
     assert latest.values("title") == ["title a", "title d", "title c"]  # oldest segment first
     assert store.current_version() == v3
+
+
+def test_keys_are_located_in_their_newest_segment_and_the_kept_locations_are_not_gc_tracked(tmp_path):
+    store = IndexStore(tmp_path, create=True)
+    v1 = _commit(store, replace=_docs("a", "b", "c"))
+    v2 = _commit(store, store.open(v1).table(DOCUMENTS), rows=[DocumentRow("b", "new b", "x", ())], dead=["c"])
+    table = store.open(v2).table(DOCUMENTS)
+    for _ in range(2):  # a first read finds each key, a second reads the kept location
+        assert table.locate("a") == (table.segments[0], 0) and table.locate("b") == (table.segments[1], 0)
+        assert table.locate("c") is None and table.locate("z") is None
+        assert table.value("b", "title") == "new b" and table.value_or("a", "title", None) == "title a"
+        assert table.value_or("c", "title", "gone") == "gone" and "c" not in table and "a" in table
+        with pytest.raises(KeyError):
+            table.value("c", "title")
+    # Locations outlive a query: kept as ints, the collector never sweeps them.
+    assert not gc.is_tracked(table._recent)
 
 
 def test_a_version_opened_after_another_shares_the_segments_both_name(tmp_path):

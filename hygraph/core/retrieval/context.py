@@ -45,15 +45,20 @@ class Search(Protocol):
 class LazySources(Sequence[str]):
     """An item's passage ids, computed on first read: a mode that returns hundreds of items (hypergraph's
     expansion reaches hub entities with thousands of mentions) pays for the sources of the ones the prompt
-    keeps only. Equal to any sequence of the same ids; pickles, and is numbered (core/prompt.py), as a tuple."""
+    keeps only. Equal to any sequence of the same ids; pickles, and is numbered (core/prompt.py), as a tuple.
+    The ids are `compute(*args)`: a shared function and its arguments rather than a closure per item, and no
+    instance dict, so that the hundreds of them a query makes are few objects for the garbage collector."""
 
-    def __init__(self, compute: Callable[[], Sequence[str]]) -> None:
-        self._compute: Callable[[], Sequence[str]] | None = compute
+    __slots__ = ("_compute", "_args", "_ids")
+
+    def __init__(self, compute: Callable[..., Sequence[str]], *args: Any) -> None:
+        self._compute: Callable[..., Sequence[str]] | None = compute
+        self._args = args
         self._ids: tuple[str, ...] = ()
 
     def _resolved(self) -> tuple[str, ...]:
         if self._compute is not None:
-            self._ids, self._compute = tuple(self._compute()), None
+            self._ids, self._compute, self._args = tuple(self._compute(*self._args)), None, ()
         return self._ids
 
     @overload
@@ -96,6 +101,49 @@ class ContextItem:
     number: int = 0  # its place in the answer prompt (core/prompt.py), what an answer cites; 0 before
     # The entity ids it connects: a relation's head and tail, a hyperedge's members (what a graph view draws).
     links: Sequence[str] = ()
+
+
+class LazyTextItem(ContextItem):
+    """A ContextItem whose text is made on first read: hypergraph's expansion returns hundreds of entities, and
+    the prompt budget (core/prompt.py) reads the text of the best-scored ones only. Everything else reads it
+    as a ContextItem: it compares equal to the ContextItem of the same fields, copies (`dataclasses.replace`)
+    hold the text, and it pickles as a ContextItem. The text is `text_of(id)`: one function for all the items of
+    a query, not a closure each."""
+
+    _text: str
+    _text_of: Callable[[str], str] | None
+
+    @classmethod
+    def deferred(cls, id: str, kind: Kind, text_of: Callable[[str], str], score: float,
+                 sources: Sequence[str] = (), links: Sequence[str] = ()) -> "LazyTextItem":
+        item = cls(id, kind, "", score, sources, links=links)
+        item._text_of = text_of
+        return item
+
+    @property  # type: ignore[override]
+    def text(self) -> str:
+        if self._text_of is not None:
+            self._text, self._text_of = self._text_of(self.id), None
+        return self._text
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self._text, self._text_of = value, None
+
+    def __eq__(self, other: object) -> bool:
+        # Id and kind first: a list search (`list.remove`) over items of other ids makes no text.
+        if not isinstance(other, ContextItem):
+            return NotImplemented
+        return self.id == other.id and self.kind == other.kind and _item_fields(self) == _item_fields(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        return ContextItem, _item_fields(self)
+
+
+def _item_fields(item: ContextItem) -> tuple[Any, ...]:
+    return tuple(getattr(item, f.name) for f in fields(ContextItem))
 
 
 @dataclass

@@ -29,11 +29,14 @@ chunks score in (0, 1] like the entity and hyperedge items they share a prompt b
 
 from __future__ import annotations
 
+from functools import partial
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from hygraph.core.retrieval.context import Context, ContextItem, LazySources, Search, passages_from_chunks
+from hygraph.core.retrieval.context import (Context, ContextItem, LazySources, LazyTextItem, Search,
+                                            passages_from_chunks)
 from hygraph.core.retrieval.view import Embed, IndexView, QuestionEntities
 
 _RRF_C = 60
@@ -65,48 +68,50 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     # per query (`_Reads`). The additions below keep the order of the plain loops, so the sums and ties are
     # the same.
     reads = _Reads(view)
-    retrieved_entities = _scored_above(entity_hits, reads.entity_score, tau_v)
-    edge_score = _scored_above(edge_hits, reads.edge_score, tau_h)
+    retrieved_entities = _scored_above(entity_hits, reads.entity_score.__getitem__, tau_v)
+    edge_score = _scored_above(edge_hits, reads.edge_score.__getitem__, tau_h)
     for v, s in retrieved_entities.items():
         for e in view.entity_hyperedges.get(v, ()):
-            value = s * reads.edge_score(e)
+            value = s * reads.edge_score[e]
             if value > edge_score.get(e, -np.inf):
                 edge_score[e] = value
     entity_score = dict(retrieved_entities)
     for e, s in edge_score.items():
-        for u in reads.members(e):
-            value = s * reads.entity_score(u)
+        for u in reads.members[e]:
+            value = s * reads.entity_score[u]
             if value > entity_score.get(u, -np.inf):
                 entity_score[u] = value
 
     evidence: dict[str, float] = {}
-    for e, s in edge_score.items():
-        _spread(evidence, reads.edge_chunks(e), s)
-    for u, s in entity_score.items():
-        _spread(evidence, reads.entity_chunks(u), s)
+    _spread(evidence, ((reads.edge_chunks[e], s) for e, s in edge_score.items()))
+    _spread(evidence, ((reads.entity_chunks[u], s) for u, s in entity_score.items()))
 
     dense_ranking = [cid for cid, _ in dense_hits]
     graph_ranking = sorted(evidence, key=evidence.__getitem__, reverse=True)  # stable: ties in insertion order
     if dense_ranking:
-        graph_ranking = [dense_ranking[0], *(cid for cid in graph_ranking if cid != dense_ranking[0])]
+        if dense_ranking[0] in evidence:  # evidence's chunks are distinct: it is in the ranking once
+            graph_ranking.remove(dense_ranking[0])
+        graph_ranking.insert(0, dense_ranking[0])
     fused = _reciprocal_rank_fusion(dense_ranking, graph_ranking)
     # Hub entities spread evidence over thousands of chunks: each chunk's passage is looked up once, only
     # until k passages are found, and the chunk items are the fused chunks of those passages, found from
     # the passages' chunk lists rather than by looking up the passage of every fused chunk.
     doc_of = _DocOf(view)
+    entity_text, edge_text = partial(_entity_text, view), view.hyperedge_text.__getitem__
     passages = passages_from_chunks(
-        (ContextItem(cid, "chunk", "", score, (doc_of(cid),)) for cid, score in fused), view.titles, k)
+        (ContextItem(cid, "chunk", "", score, (doc_of[cid],)) for cid, score in fused), view.titles, k)
     place = {cid: (rank, score) for rank, (cid, score) in enumerate(fused)}
     kept = {cid: p.id for p in passages for cid in view.doc_chunks.get(p.id, ()) if cid in place}
 
     return Context(
         chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], place[cid][1], (kept[cid],))
                 for cid in sorted(kept, key=lambda cid: place[cid][0])],
-        entities=[ContextItem(u, "entity", _entity_text(view, u), s, doc_of.lazy(reads.entity_chunks(u)))
-                  for u, s in _best_first(entity_score)],
-        hyperedges=[ContextItem(e, "hyperedge", view.hyperedge_text[e], s, doc_of.lazy(reads.edge_chunks(e)),
-                                links=tuple(reads.members(e)))
-                    for e, s in _best_first(edge_score)],
+        # Texts are read when used: the prompt budget keeps the best-scored hundred or so of the hundreds of items.
+        entities=[LazyTextItem.deferred(u, "entity", entity_text, s, doc_of.lazy(reads.entity_chunks[u]))
+                  for u, s in _best_first(entity_score.items())],
+        hyperedges=[LazyTextItem.deferred(e, "hyperedge", edge_text, s, doc_of.lazy(reads.edge_chunks[e]),
+                                          links=tuple(reads.members[e]))
+                    for e, s in _best_first(edge_score.items())],
         passages=passages,
         notes={"question_entities": list(spans)},
     )
@@ -116,16 +121,17 @@ def _scored_above(hits: list[tuple[str, float]], extraction_score: Callable[[str
                   tau: float) -> dict[str, float]:
     """Eq. 8 / 9: similarity x extraction score, kept when above tau, best first."""
     scored = ((item_id, sim * extraction_score(item_id)) for item_id, sim in hits)
-    return dict(sorted(((i, s) for i, s in scored if s > tau), key=lambda pair: -pair[1]))
+    return dict(_best_first((i, s) for i, s in scored if s > tau))
 
 
-def _spread(evidence: dict[str, float], chunk_ids: Sequence[str], score: float) -> None:
-    if not chunk_ids:
-        return
-    share = score / len(chunk_ids)
+def _spread(evidence: dict[str, float], scored: Iterable[tuple[Sequence[str], float]]) -> None:
+    """Each item's score split evenly over its chunks, added in item order (one call for all the items)."""
     get = evidence.get
-    for cid in chunk_ids:
-        evidence[cid] = get(cid, 0.0) + share
+    for chunk_ids, score in scored:
+        if chunk_ids:
+            share = score / len(chunk_ids)
+            for cid in chunk_ids:
+                evidence[cid] = get(cid, 0.0) + share
 
 
 def _reciprocal_rank_fusion(dense_ranking: list[str], graph_ranking: list[str]) -> list[tuple[str, float]]:
@@ -136,12 +142,16 @@ def _reciprocal_rank_fusion(dense_ranking: list[str], graph_ranking: list[str]) 
     for cid, r in dense_rank.items():
         fused[cid] = 1.0 / (_RRF_C + r) + fused.get(cid, 0.0)
     top = 2.0 / (_RRF_C + 1)
-    order = sorted(fused, key=lambda cid: (-fused[cid], dense_rank.get(cid, np.inf), graph_rank.get(cid, np.inf)))
-    return [(cid, fused[cid] / top) for cid in order]
+    # Sorted as tuples (compared in C, no key call per chunk). No two chunks share a (score, dense rank, graph
+    # rank) key, as every chunk has a rank of its own in one list, so the id after it never decides the order.
+    inf = np.inf
+    order = sorted([(-f, dense_rank.get(cid, inf), graph_rank.get(cid, inf), cid) for cid, f in fused.items()])
+    return [(cid, -neg / top) for neg, _, _, cid in order]
 
 
-def _best_first(scores: dict[str, float]) -> list[tuple[str, float]]:
-    return sorted(scores.items(), key=lambda pair: -pair[1])
+def _best_first(scored: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
+    # A reversed sort is stable too: equal scores keep their order.
+    return sorted(scored, key=itemgetter(1), reverse=True)
 
 
 def _entity_text(view: IndexView, entity_id: str) -> str:
@@ -149,40 +159,32 @@ def _entity_text(view: IndexView, entity_id: str) -> str:
     return f"{name}: {desc}" if desc else name
 
 
-class _DocOf:
+class _Memo(dict):
+    """`memo[key]`: `read(key)`, computed once per key. A dict, so that a key read before costs one dict lookup
+    and no Python call (the expansion reads hub entities hundreds of times a query)."""
+
+    def __init__(self, read: Callable[[str], Any]) -> None:
+        super().__init__()
+        self.read = read
+
+    def __missing__(self, key: str) -> Any:
+        got = self[key] = self.read(key)
+        return got
+
+
+class _DocOf(_Memo):
     """Chunk id -> its passage id, each looked up in the view once per query (hub entities share chunks)."""
 
     def __init__(self, view: IndexView) -> None:
-        self.view = view
-        self.seen: dict[str, str] = {}
-
-    def __call__(self, cid: str) -> str:
-        doc = self.seen.get(cid)
-        if doc is None:
-            doc = self.seen[cid] = self.view.chunk_doc[cid]
-        return doc
+        super().__init__(view.chunk_doc.__getitem__)
 
     def of_all(self, chunk_ids: Iterable[str]) -> tuple[str, ...]:
         """The passages of the chunks, first-mention order, each once."""
-        return tuple(dict.fromkeys(map(self, chunk_ids)))
+        return tuple(dict.fromkeys(map(self.__getitem__, chunk_ids)))
 
     def lazy(self, chunk_ids: Sequence[str]) -> LazySources:
         """`of_all` of an item's chunks, when read: most of the expansion's items miss the prompt budget."""
-        return LazySources(lambda: self.of_all(chunk_ids))
-
-
-class _Memo:
-    """`read(key)`, computed once per key."""
-
-    def __init__(self, read: Callable[[str], Any]) -> None:
-        self.read = read
-        self.known: dict[str, Any] = {}
-
-    def __call__(self, key: str) -> Any:
-        got = self.known.get(key)
-        if got is None:
-            got = self.known[key] = self.read(key)
-        return got
+        return LazySources(self.of_all, chunk_ids)
 
 
 class _Reads:
