@@ -357,6 +357,12 @@ class ServeConfig(Section):
     # 30 s holds serve.port, and every stop and restart of `hygraph serve`, that long). Requests in flight are
     # finished either way.
     direct_ingress_drain_s: float = Field(2.0, ge=0)
+    # Ray's throughput-optimized Serve (RAY_SERVE_THROUGHPUT_OPTIMIZED): handle calls over gRPC, each replica's
+    # user code and router on its event loop (the Retriever's CPU work is already handed to threads), access
+    # logs buffered, garbage collection frozen after start. None (the default): on with direct ingress, the
+    # combination measured (docs/bench/serve_musique_throughput.md); true: on, or refuse with a joined cluster,
+    # whose Serve this process does not start; false: off.
+    throughput_optimized: bool | None = None
     # The ingress's max_ongoing_requests also caps the batch the embedder can form.
     ingress: DeploymentConfig = DeploymentConfig(max_ongoing_requests=64)
     embedder: DeploymentConfig = DeploymentConfig(num_cpus=0.5, max_ongoing_requests=64, max_queued_requests=512)

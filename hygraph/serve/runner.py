@@ -132,8 +132,17 @@ PROBE_EVERY_S = 1.0
 def http_ingress(cfg: HygraphConfig, host: str, port: int, joined: bool) -> tuple[int, dict[str, str]]:
     """Where Serve's proxy listens, and the environment Serve's controller and replicas need: `port` itself, or,
     with direct ingress (`serve.direct_ingress`), a free port, the Ingress replica being given `port` (the range
-    Serve allocates an ingress replica's HTTP port from is that port alone). `joined`: Ray is a cluster this
-    process joined, whose Ingress replica may run on another node."""
+    Serve allocates an ingress replica's HTTP port from is that port alone); with `serve.throughput_optimized`,
+    Ray's bundle of that name besides. `joined`: Ray is a cluster this process joined, whose Ingress replica may
+    run on another node and whose Serve it does not start."""
+    proxy_port, env = _ingress(cfg, host, port, joined)
+    if _throughput_optimized(cfg, joined, direct=proxy_port != port):
+        # The bundle would turn direct ingress on by itself: whether it is on stays http_ingress's decision.
+        env = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0", **env}
+    return proxy_port, env
+
+
+def _ingress(cfg: HygraphConfig, host: str, port: int, joined: bool) -> tuple[int, dict[str, str]]:
     wanted = cfg.serve.direct_ingress
     if wanted is False:
         return port, {}
@@ -149,6 +158,17 @@ def http_ingress(cfg: HygraphConfig, host: str, port: int, joined: bool) -> tupl
     return proxy_port, {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
                         "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1),
                         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": str(cfg.serve.direct_ingress_drain_s)}
+
+
+def _throughput_optimized(cfg: HygraphConfig, joined: bool, direct: bool) -> bool:
+    wanted = cfg.serve.throughput_optimized
+    if wanted is None:
+        return direct
+    if wanted and joined:
+        raise ConfigError("serve.throughput_optimized: a joined Ray cluster (ray.address) runs a Serve this "
+                          "process does not start; set RAY_SERVE_THROUGHPUT_OPTIMIZED=1 in its nodes' "
+                          "environment instead, and this to false (or leave it unset)")
+    return wanted
 
 
 def _not_direct(cfg: HygraphConfig, joined: bool) -> str:

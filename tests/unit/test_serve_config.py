@@ -80,19 +80,41 @@ def test_direct_ingress_gives_the_ingress_replica_the_serve_port_and_serves_prox
         return load_config(ROOT / "configs" / "local.yaml", env={}, serve=serve)
 
     # The default: direct where it can be (one Ingress replica, a Ray of the service's own).
-    proxy_port, env = http_ingress(local(), "127.0.0.1", 8123, joined=False)
-    assert proxy_port != 8123 and env == {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
-                                          "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": "8123",
-                                          "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": "8124",
-                                          "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2.0"}
+    direct = {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": "8123",
+              "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": "8124", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2.0"}
+    proxy_port, env = http_ingress(local(throughput_optimized=False), "127.0.0.1", 8123, joined=False)
+    assert proxy_port != 8123 and env == direct
     assert http_ingress(local(), "127.0.0.1", 8123, joined=True) == (8123, {})  # Serve's proxy on the port
     assert http_ingress(local(direct_ingress=False), "127.0.0.1", 8123, joined=False) == (8123, {})
     for serve in ({"ingress": {"num_replicas": 2}}, {"ingress": {"autoscaling": {"max_replicas": 3}}}):
         assert http_ingress(local(**serve), "127.0.0.1", 8123, joined=False) == (8123, {})
+        assert http_ingress(local(throughput_optimized=True, **serve), "127.0.0.1", 8123, joined=False) == (
+            8123, {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0"})
         with pytest.raises(ConfigError, match="serve.direct_ingress"):
             http_ingress(local(direct_ingress=True, **serve), "127.0.0.1", 8123, joined=False)
     with pytest.raises(ConfigError, match="joined Ray cluster"):
         http_ingress(local(direct_ingress=True), "127.0.0.1", 8123, joined=True)
+    with pytest.raises(ConfigError, match="serve.throughput_optimized: a joined Ray cluster"):
+        http_ingress(local(throughput_optimized=True), "127.0.0.1", 8123, joined=True)
+
+
+def test_throughput_optimized_serve_comes_with_direct_ingress_unless_set():
+    """Ray's bundle (gRPC handles, user code on the event loop) joins direct ingress by default; either may be
+    had without the other, and the bundle never decides direct ingress by itself."""
+    from hygraph.serve.runner import http_ingress
+
+    def local(**serve: object) -> object:
+        return load_config(ROOT / "configs" / "local.yaml", env={}, serve=serve)
+
+    proxy_port, env = http_ingress(local(), "127.0.0.1", 8123, joined=False)
+    assert proxy_port != 8123
+    assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1" and env["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "1"
+    assert env["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"] == "8123"
+    assert "RAY_SERVE_THROUGHPUT_OPTIMIZED" not in http_ingress(local(direct_ingress=False), "127.0.0.1", 8123,
+                                                                joined=False)[1]
+    assert http_ingress(local(direct_ingress=False, throughput_optimized=True), "127.0.0.1", 8123, joined=False) == (
+        8123, {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0"})
+    assert http_ingress(local(), "127.0.0.1", 8123, joined=True) == (8123, {})
     vllm = {"backend": "vllm", "vllm_model_source": "/models/x"}
     assert http_ingress(load_config(ROOT / "configs" / "local.yaml", env={}, llm=vllm), "127.0.0.1", 8123,
                         joined=False) == (8123, {})
