@@ -254,7 +254,6 @@ class _Change:
         whole = self.version.table(artifact)
         table = whole.prefix(len(whole.segments))
         table.segments_names, table.segments = whole.segments_names[first:], whole.segments[first:]
-        table._newest_first = table.segments[::-1]
         schema = artifact.schema(self.version.manifest.dims)
         batches = list(table.batches_at(columns))
         prov = np.concatenate([provenance(first + at, start, b.num_rows) for at, start, b in batches]

@@ -19,6 +19,7 @@ from hygraph.store.segment import DELETED, Segment, Source, key_hash
 RECENT = 4096  # key locations a table keeps (a hundred bytes or so each)
 _ROWS = 1 << 40  # a kept location's segment place is its multiple of this, the row the rest
 _ABSENT = -1  # a kept location: no live row
+_MISSING = object()  # `value`'s default: no stored value is this object
 
 
 class Table(Generic[RowT]):
@@ -30,7 +31,6 @@ class Table(Generic[RowT]):
         self.segments_names = list(names)
         known = dict(zip(reuse.segments_names, reuse.segments)) if reuse is not None else {}
         self.segments = [known.get(n) or Segment(artifact, source, n) for n in names]
-        self._newest_first = self.segments[::-1]
         self._rows = rows
         # Key -> `_ROWS` x the segment's place in `segments` + the row, or ABSENT: ints, not (segment, row) tuples,
         # so the dict holds nothing the garbage collector tracks. Tuples kept from query to query would be
@@ -45,7 +45,6 @@ class Table(Generic[RowT]):
         """The table of this one's first `n` segments (the same mapped segments, none opened again)."""
         out = Table(self.artifact, lambda name: None, [], 0)
         out.segments_names, out.segments = self.segments_names[:n], self.segments[:n]
-        out._newest_first = out.segments[::-1]
         return out
 
     def locate(self, key: str) -> tuple[Segment, int] | None:
@@ -78,11 +77,10 @@ class Table(Generic[RowT]):
 
     def value(self, key: str, column: str) -> Any:
         """One column of one row; KeyError when the key is absent."""
-        code = self._code(key)
-        if code == _ABSENT:
+        got = self.value_or(key, column, _MISSING)
+        if got is _MISSING:
             raise KeyError(key)
-        at, row = divmod(code, _ROWS)
-        return self.segments[at].column(column)[row]
+        return got
 
     def value_or(self, key: str, column: str, default: Any) -> Any:
         """`value`, or `default` when the key is absent."""
@@ -109,7 +107,7 @@ class Table(Generic[RowT]):
         row's number in that segment (a batch is a run of consecutive rows)."""
         shadow = np.zeros(0, np.int64)
         live: list[tuple[Segment, np.ndarray]] = []
-        for seg in self._newest_first:
+        for seg in reversed(self.segments):
             keys = seg.hashes
             mask = ~np.isin(hashes_of_rows(seg), shadow)
             live.append((seg, mask))
