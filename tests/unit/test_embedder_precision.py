@@ -82,6 +82,33 @@ def test_the_onnx_runtime_gives_the_torch_vectors_without_torch_arithmetic():
                           OnnxEmbedder)
 
 
+def test_length_groups_cut_where_padding_costs_more_than_a_call():
+    from hygraph.backends.onnx_embedder import length_groups
+
+    assert length_groups([], 16) == []
+    assert length_groups([20] * 16, 16) == [(0, 16)]  # equal lengths: one call
+    assert length_groups([20] * 16, 8) == [(0, 8), (8, 16)]  # never more than max_batch a call
+    # One 45-token question padding three of 10 costs 17 + 4*45*(1 + 45/256) = 228.6 token units; apart,
+    # 17 + 45*1.18 = 69.9 and 17 + 3*10*1.04 = 48.2.
+    assert length_groups([45, 10, 10, 10], 16) == [(0, 1), (1, 4)]
+    assert length_groups([21, 20, 20, 19], 16) == [(0, 4)]  # a token of padding is cheaper than a call
+    groups = length_groups([60, 58, 40, 39, 38, 12, 11, 11, 10, 3], 64)
+    assert groups == sorted(groups) and groups[0][0] == 0 and groups[-1][1] == 10
+    assert all(a[1] == b[0] for a, b in zip(groups, groups[1:]))
+
+
+def test_onnx_batches_give_each_text_its_own_vector():
+    """Texts of mixed lengths in one call list are cut by length (`length_groups`): each gets the vector it
+    gets alone, in input order."""
+    texts = ["Who directed the film that won the award for best picture in 1999, and where was he born?", "Rome",
+             "x", "Which magazine was started first, Arthur's Magazine or First for Women?", "Publix, Holy See",
+             "Arthur's Magazine (1844-1846) was an American literary periodical. " * 10]
+    onnx = make_embedder(EmbedderConfig(precision="float32", device="cpu", batch_size=4), workload="questions")
+    together = onnx.encode(texts)
+    alone = np.stack([onnx.encode([t])[0] for t in texts])
+    np.testing.assert_allclose(together, alone, atol=2e-6)
+
+
 def test_int8_question_weights_are_quantized_once_for_questions_only(tmp_path):
     """`embedder.question_weights: int8`: the question encoder runs a quantized copy of the exported graph, made
     once next to it; its vectors stay close to float32's (the ranked passages may change: opt-in), and nothing
