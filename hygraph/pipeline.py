@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from hygraph.errors import InputError
 from hygraph.input_rules import check_filter, check_nonblank_text
 
 Encode = Callable[[Sequence[str]], np.ndarray]
+# A served answer cache's use by one request (HTTP `Cache-Control`): "use" reads and fills it, "refresh"
+# (`no-cache`) computes the result and stores it, "off" (`no-store`) computes it and stores nothing.
+CacheUse = Literal["use", "refresh", "off"]
 
 
 @dataclass(frozen=True)
@@ -35,12 +38,13 @@ class QueryRequest:
     # Passages only from documents whose metadata matches (core/retrieval/filter.py); None or {}: all documents.
     filter: Mapping[str, Any] | None = None
     index: str = "default"  # the service's index it asks (store/registry.py); "default": `--index-dir`
+    cache: CacheUse = "use"
 
     @classmethod
     def make(cls, cfg: RetrievalConfig, question: str, mode: str | None = None, k: int | None = None,
              min_version: int | None = None,
              filter: Mapping[str, Any] | None = None,  # noqa: A002 - the API's field name
-             index: str = "default") -> "QueryRequest":
+             index: str = "default", cache: CacheUse = "use") -> "QueryRequest":
         """The request with the configured defaults; InputError naming the bad field."""
         check_nonblank_text(question, "question")
         mode = mode or cfg.mode
@@ -48,7 +52,7 @@ class QueryRequest:
             raise InputError(f"mode: unknown mode '{mode[:40]}' (one of {', '.join(MODE_NAMES)})")
         if filter is not None:
             check_filter(filter)
-        return cls(question, mode, k or cfg.top_k, min_version or 0, filter or None, index)
+        return cls(question, mode, k or cfg.top_k, min_version or 0, filter or None, index, cache)
 
 
 def needs_question_vector(req: QueryRequest) -> bool:

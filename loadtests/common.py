@@ -161,12 +161,13 @@ class Recorder:
 
 
 async def timed(http: httpx.AsyncClient, rec: Recorder, endpoint: str, method: str, path: str,
-                body: dict[str, Any] | None = None, mode: str | None = None) -> tuple[Sample, Any]:
+                body: dict[str, Any] | None = None, mode: str | None = None,
+                headers: dict[str, str] | None = None) -> tuple[Sample, Any]:
     """Send one request and record it; returns the sample and the parsed JSON body (None on failure)."""
     t = rec.now()
     start = time.perf_counter()
     try:
-        resp = await http.request(method, path, json=body)
+        resp = await http.request(method, path, json=body, headers=headers)
     except httpx.HTTPError as exc:
         s = Sample(t, rec.scenario, endpoint, mode, _ms(start), 0, f"{type(exc).__name__}: {exc}"[:300])
         rec.samples.append(s)
@@ -197,14 +198,16 @@ def parse_body(resp: httpx.Response) -> tuple[Any, str | None]:
 
 
 async def query_worker(http: httpx.AsyncClient, rec: Recorder, questions: list[str], modes: list[str],
-                       offset: int, stride: int, stop: asyncio.Event, top_k: int = 5) -> None:
+                       offset: int, stride: int, stop: asyncio.Event, top_k: int = 5,
+                       cache_control: str | None = None) -> None:
     """Round-robin over questions and modes; workers interleave by `offset`/`stride` so each mode
-    keeps an even share at any concurrency."""
+    keeps an even share at any concurrency. `cache_control` is sent as the `Cache-Control` header."""
+    headers = {"Cache-Control": cache_control} if cache_control else None
     i = offset
     while not stop.is_set():
         mode = modes[i % len(modes)]
         s, _ = await timed(http, rec, "query", "POST", "/v1/query",
-                           {"question": questions[i % len(questions)], "mode": mode, "top_k": top_k}, mode)
+                           {"question": questions[i % len(questions)], "mode": mode, "top_k": top_k}, mode, headers)
         await backoff(s)
         i += stride
 

@@ -227,7 +227,7 @@ class Retriever:
         pipeline = await self._pipeline_async(req.index)
         t0 = time.perf_counter()
         key = self._cache_key(pipeline, req)
-        if key is not None:
+        if key is not None and req.cache == "use":
             cached = self.answers.get(key)
             self.cache_metrics.record(cached is not None)
             if cached is not None:
@@ -242,7 +242,7 @@ class Retriever:
         got = await asyncio.to_thread(self._steps, pipeline, req, query_vec)
         got.seconds["embed"] = embed_s
         self.llm_metrics.record(pipeline.engine.llm.usage)
-        if key is not None and got.version == key.version:
+        if key is not None and req.cache != "off" and got.version == key.version:
             self.answers.put(key, got)
         return got
 

@@ -22,7 +22,7 @@ from ray.serve.handle import DeploymentHandle
 
 from hygraph.updater.jobs import job_status
 from hygraph.config import HygraphConfig
-from hygraph.pipeline import QueryRequest, QueryResult, Retrieval, needs_question_vector
+from hygraph.pipeline import CacheUse, QueryRequest, QueryResult, Retrieval, needs_question_vector
 from hygraph.serve.access import Access, Need, Principal, denied, not_found
 from hygraph.serve.http import ApiError
 from hygraph.serve.metrics import IngressMetrics
@@ -35,6 +35,13 @@ from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry, NoSuchIndex
 
 log = logging.getLogger("hygraph.serve")
 UPDATER_START_S = 30.0  # how long a write waits for a stopping named updater to give way to a new one
+
+
+def cache_use(cache_control: str | None) -> CacheUse:
+    """The answer cache's use a request's `Cache-Control` asks for (RFC 9111's request directives): `no-store`
+    leaves it out altogether, `no-cache` computes the answer afresh and keeps it; anything else reads it."""
+    directives = {d.split("=", 1)[0].strip().lower() for d in (cache_control or "").split(",")}
+    return "off" if "no-store" in directives else "refresh" if "no-cache" in directives else "use"
 
 
 class Gateway:
@@ -90,14 +97,15 @@ class Gateway:
     # -- the query pipeline shared by /v1/query and /v1/chat/completions -----------------------
 
     def request(self, tenant: Tenant, question: str, mode: str | None, k: int | None,
-                min_version: int | None, flt: dict[str, Any] | None = None) -> QueryRequest:
+                min_version: int | None, flt: dict[str, Any] | None = None,
+                cache_control: str | None = None) -> QueryRequest:
         limit = self.cfg.serve.max_question_chars
         if len(question) > limit:
             raise ApiError(422, "invalid_field", f"question: {len(question)} characters exceeds the limit of {limit}")
         if tenant.name != DEFAULT_INDEX:
             self.quotas.admit_query(tenant.name)
         return QueryRequest.make(self.cfg.retrieval, question, mode, k, max(min_version or 0, tenant.floor),
-                                 filter=flt, index=tenant.name)
+                                 filter=flt, index=tenant.name, cache=cache_use(cache_control))
 
     async def _retrieve(self, req: QueryRequest) -> QueryResult | Retrieval:
         """One handle call when the Retriever embeds and answers; an Embedder call first otherwise."""

@@ -57,6 +57,28 @@ def test_every_mode_answers_over_http(server, mode):
     assert set(out["timings_ms"]) == {"embed", "retrieve", "generate", "total"}
 
 
+def test_repeated_questions_hit_the_answer_cache_unless_cache_control_says_no(server):
+    """A repeat is answered from the cache (`timings_ms` says so); `Cache-Control: no-cache` computes it afresh
+    and keeps the result, `no-store` computes it and keeps nothing."""
+    def ask(question: str, cache_control: str | None = None) -> dict:
+        headers = {**AUTH, **({"Cache-Control": cache_control} if cache_control else {})}
+        r = httpx.post(f"{server['url']}/v1/query", json={"question": question, "mode": "dense"}, headers=headers,
+                       timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def cached(out: dict) -> bool:
+        return "cache" in out["timings_ms"]
+
+    question = "Which periodical did the answer cache test ask about first?"  # asked by no other test
+    first = ask(question)
+    again = ask(question)
+    assert not cached(first) and cached(again) and again["passages"] == first["passages"]
+    assert not cached(ask(question, "no-cache")) and cached(ask(question))
+    other = "Which periodical did the answer cache test ask about second?"
+    assert not cached(ask(other, "max-age=0, No-Store")) and not cached(ask(other)) and cached(ask(other))
+
+
 def test_http_and_cli_agree(server):
     """The CLI attaches to the server's Milvus process and ranks exactly as the Retriever does."""
     out = server["client"].query(QUESTION, mode="hybrid", top_k=5)

@@ -41,3 +41,12 @@ def test_zero_entries_stores_nothing():
     cache = AnswerCache(0)
     cache.put(key(), "A")
     assert cache.get(key()) is None and len(cache) == 0
+
+
+def test_cache_control_directives_choose_the_caches_use():
+    from hygraph.serve.gateway import cache_use
+
+    assert cache_use(None) == cache_use("") == cache_use("max-age=60") == "use"
+    assert cache_use("no-cache") == cache_use("max-age=0, No-Cache") == "refresh"
+    assert cache_use("no-store") == cache_use("no-cache, no-store") == "off"
+    assert cache_use("no-cache-please, x=no-store") == "use"  # directive names only, matched whole

@@ -8,7 +8,7 @@ import time
 import uuid
 from typing import Any, AsyncIterator, Callable
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from hygraph.input_rules import check_nonblank_text
@@ -44,8 +44,9 @@ def _guarded(gw: Gateway, events: AsyncIterator[bytes], endpoint: str,
 
 @router.post("/v1/query")
 @router.post("/v1/indexes/{name}/query", dependencies=[Depends(index_path)])
-async def query(body: QueryRequest, ix: Tenant = Depends(reader), gw: Gateway = Depends(gateway)) -> Any:
-    req = gw.request(ix, body.question, body.mode, body.top_k, body.min_index_version, body.filter)
+async def query(body: QueryRequest, ix: Tenant = Depends(reader), gw: Gateway = Depends(gateway),
+                cache_control: str | None = Header(None)) -> Any:
+    req = gw.request(ix, body.question, body.mode, body.top_k, body.min_index_version, body.filter, cache_control)
     if not body.stream:
         return JSONResponse(await gw.query(req))
 
@@ -86,7 +87,8 @@ async def models(who: Principal = Depends(caller), gw: Gateway = Depends(gateway
 
 
 @router.post("/v1/chat/completions")
-async def chat(body: ChatRequest, who: Principal = Depends(caller), gw: Gateway = Depends(gateway)) -> Any:
+async def chat(body: ChatRequest, who: Principal = Depends(caller), gw: Gateway = Depends(gateway),
+               cache_control: str | None = Header(None)) -> Any:
     """`model` names the index: `hygraph` (or the default index's directory name) or a named index."""
     index = DEFAULT_INDEX if body.model in _default_models(gw) else body.model
     try:
@@ -103,7 +105,7 @@ async def chat(body: ChatRequest, who: Principal = Depends(caller), gw: Gateway 
     question = check_nonblank_text(body.messages[users[-1]].text(), f"messages.{users[-1]}.content",
                                    gw.cfg.serve.max_question_chars)
     opts = body.options()
-    req = gw.request(ix, question, opts.mode, opts.top_k, opts.min_index_version, opts.filter)
+    req = gw.request(ix, question, opts.mode, opts.top_k, opts.min_index_version, opts.filter, cache_control)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     completion = Completion(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model, include_usage)
     if not body.stream:
