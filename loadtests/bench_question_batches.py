@@ -4,7 +4,7 @@ model `length_groups` cuts them by.
 A served replica embeds the questions that arrive together in one `encode` call (serve/batching.py); this
 draws such batches (sizes 16, 8, 4, 2, 1) at random from the dev sets' questions and prints the process CPU
 per question of `OnnxEmbedder.encode` on them, one thread as in a replica. Run it with `PYTHONPATH` at two
-trees to compare their encoders. `--fit` times the model's calls on synthetic inputs of n texts x L tokens and
+trees to compare their encoders. `--fit` times calls of n equal texts of L tokens and
 prints the least-squares fit of ms = a + b*n*L + c*n*L^2 that hygraph/backends/onnx_embedder.py's constants
 come from.
 
@@ -50,18 +50,17 @@ def per_question_ms(model: OnnxEmbedder, pool: list[str], size: int, rng: random
 
 
 def fit(model: OnnxEmbedder) -> None:
-    """Time the session alone on n x L inputs of one repeated token; print each and the fitted model."""
-    session = model._session  # noqa: SLF001 - the raw call is what the cost model is of
+    """Time `encode` on n equal texts of L tokens (L - 2 words that are one token each, plus the two markers):
+    one model call each, unpadded. Print each and the fitted model."""
     rows = []
     for width in (8, 16, 24, 32, 48, 64):
         for n in (1, 2, 4, 8, 16):
-            ids = np.full((n, width), 2000, dtype=np.int64)
-            feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-            session.run(None, feed)
+            texts = [" ".join(["house"] * (width - 2))] * n
+            model.encode(texts)
             reps = max(3, 40 // n)
             t0 = time.process_time()
             for _ in range(reps):
-                session.run(None, feed)
+                model.encode(texts)
             rows.append((n, width, (time.process_time() - t0) / reps * 1e3))
     design = np.array([[1.0, n * w, n * w * w] for n, w, _ in rows])
     coef, *_ = np.linalg.lstsq(design, np.array([ms for *_, ms in rows]), rcond=None)

@@ -30,9 +30,11 @@ _POOLING = "sentence_transformers.models.Pooling"
 _NORMALIZE = "sentence_transformers.models.Normalize"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # The cost of one call of n texts padded to L tokens, in units of one token's work: _CALL_TOKENS + n*L*(1 + L /
-# _ATTENTION_TOKENS). Fitted on the bundled MiniLM, one thread, n 1-16 and L 8-64 (ms = 2.65 + 0.150*nL +
-# 0.00058*nL^2, within 10%): a call's fixed cost is worth about 17 tokens, so a batch of questions padded to
-# its longest (20 tokens typical, 45 the longest of the dev sets) paid more for its padding than its one call saved.
+# _ATTENTION_TOKENS). Fitted on the bundled MiniLM, one thread, n 1-16 and L 8-64: the session's calls alone
+# ms = 2.65 + 0.150*nL + 0.00058*nL^2 (within 10%), `encode` with its tokenizing and pooling 1.69 + 0.179*nL +
+# 0.00041*nL^2 (`loadtests/bench_question_batches.py --fit`). A call's fixed cost is worth 9-18 tokens (the cut
+# is as good anywhere from 9 to 30), so a batch of questions padded to its longest (20 tokens typical, 45 the
+# longest of the dev sets) paid more for its padding than its one call saved.
 _CALL_TOKENS = 17.0
 _ATTENTION_TOKENS = 256.0
 
