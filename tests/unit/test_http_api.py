@@ -44,6 +44,7 @@ class StubGateway:
         self.metrics = SimpleNamespace(errors=_Count(), requests=_Count(), ingest=_Count())
         self.default = SimpleNamespace(name="default", journal=SimpleNamespace(append=self._append))
         self.asked: list[tuple] = []
+        self.cache_controls: list[str | None] = []
         self.appended: list[tuple] = []
 
     def tenant(self, name: str, who: Any, need: Any) -> Any:
@@ -63,7 +64,9 @@ class StubGateway:
         self.appended.append((request.op, request.payload()))
         return SimpleNamespace(job_id="a" * 32)
 
-    def request(self, tenant: Any, question: str, mode: Any, k: Any, min_version: Any = None, flt: Any = None) -> Any:
+    def request(self, tenant: Any, question: str, mode: Any, k: Any, min_version: Any = None, flt: Any = None,
+                cache_control: Any = None) -> Any:
+        self.cache_controls.append(cache_control)
         if flt is not None:  # the Gateway's own check of a filter (the schema leaves it to QueryRequest.make)
             QueryRequest.make(self.cfg.retrieval, question, mode, k, min_version, filter=flt)
             self.asked.append((question, mode, k, min_version, flt))
@@ -160,6 +163,14 @@ def test_surrogate_in_a_chat_part_is_422_and_nothing_is_asked(client):
     resp = _post(client, "/v1/chat/completions", body)
     assert resp.status_code == 422 and resp.json()["error"]["message"].startswith("messages.0.content")
     assert not client.gw.asked
+
+
+def test_the_cache_control_header_reaches_the_gateway_from_query_and_chat(client):
+    _post(client, "/v1/query", {"question": "q"})
+    _post(client, "/v1/query", {"question": "q"}, headers={"Cache-Control": "no-store"})
+    _post(client, "/v1/chat/completions", {"model": "hygraph", "messages": [{"role": "user", "content": "hi"}]},
+          headers={"Cache-Control": "no-cache"})
+    assert client.gw.cache_controls == [None, "no-store", "no-cache"]
 
 
 def test_chat_carries_usage_and_the_version_floor(client):
