@@ -26,6 +26,8 @@ import math
 import os
 import platform
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -37,7 +39,13 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute  # noqa: E402,F401 - pa.compute
 
+from hygraph.backends.vectorstore import connect  # noqa: E402
+from hygraph.config import load_config  # noqa: E402
+from hygraph.indexing.checkpoint import BUILDS, RECORD  # noqa: E402
+from hygraph.store.artifacts import ARTIFACTS  # noqa: E402
 from hygraph.store.versions import IndexStore  # noqa: E402
 from loadtests.bench_scale import embedder_dir, passage_pool, real_passages, write_jsonl  # noqa: E402
 from loadtests.common import OFFLINE_ENV, rename_capitalised, say  # noqa: E402
@@ -51,6 +59,7 @@ PARALLEL_STAGES = ("chunk+embed+extract", "chunk+embed", "embed entities, relati
 # the assembler's stages run.
 BESIDE_STAGES = ("hyperbolic", "lexical")
 GiB = 2**30
+COUNTS = ("documents", "chunks", "entities", "relations", "hyperedges", "summaries")
 
 
 def renamed_pool(n: int) -> list[dict[str, str]]:
@@ -71,14 +80,20 @@ def build_env(model: str, embed_cpus: float) -> dict[str, str]:
             "HYGRAPH__EMBEDDER__NUM_CPUS": str(embed_cpus)}
 
 
-def build(cluster: RayCluster, corpus: Path, index_dir: Path, env: dict[str, str], log: Path) -> dict[str, Any]:
+def index_command(corpus: Path, index_dir: Path, restart: bool = True) -> list[str]:
+    """`hygraph index` of `corpus` into `index_dir`; `restart`: discard an unfinished build's checkpoint."""
+    return [sys.executable, "-m", "hygraph.cli", "index", "--corpus", str(corpus), "--index-dir", str(index_dir),
+            *(["--restart"] if restart else [])]
+
+
+def build(cluster: RayCluster, corpus: Path, index_dir: Path, env: dict[str, str], log: Path,
+          restart: bool = True) -> dict[str, Any]:
     """One `hygraph index` on the cluster; its JSON result plus the snapshot's bytes and the load average."""
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     with log.open("w") as err:  # the build's progress, as it goes
-        proc = cluster.popen([sys.executable, "-m", "hygraph.cli", "index", "--corpus", str(corpus), "--index-dir",
-                              str(index_dir), "--restart"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=err,
-                             text=True)
+        proc = cluster.popen(index_command(corpus, index_dir, restart), env=env, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=err, text=True)
         stdout, _ = proc.communicate()
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -88,6 +103,210 @@ def build(cluster: RayCluster, corpus: Path, index_dir: Path, env: dict[str, str
     result["snapshot_bytes"] = IndexStore(index_dir).size_bytes()
     result["load_average_1m"] = [round(load, 1), round(os.getloadavg()[0], 1)]
     return result
+
+
+# The driver's progress lines (indexing/progress.py, beside.py, stages/ingest.py) that say what ran and what a
+# resumed build kept.
+STAGE_STARTED = re.compile(r"^\[index\] (.+?) \.\.\.( \(a Ray task beside the assembler\))?$")
+STAGE_DONE = re.compile(r"^\[index\] (.+?) done in [\d.]+s")
+INGEST_KEPT = re.compile(r"^\[index\] ingest: ([\d,]+) of ([\d,]+) documents kept from the checkpoint")
+
+
+def running_stages(log: str) -> list[str]:
+    """The stages a progress log shows started and not done (several: the assembler's and those beside it)."""
+    running: list[str] = []
+    for line in log.splitlines():
+        if m := STAGE_DONE.match(line):
+            if m.group(1) in running:
+                running.remove(m.group(1))
+        elif m := STAGE_STARTED.match(line):
+            running.append(m.group(1))
+    return running
+
+
+def checkpoint_record(index_dir: Path) -> dict[str, Any]:
+    """The unfinished build's checkpoint record (`builds/<fingerprint>/build.json`); {} once none is left."""
+    records = sorted((index_dir / BUILDS).glob(f"*/{RECORD}"))
+    return json.loads(records[0].read_text()) if records else {}
+
+
+def kill_driver(proc: subprocess.Popen) -> list[str]:
+    """SIGKILL the `hygraph index` that `proc` (nsenter) runs: the command's process, which watches a child
+    running the driver (runtime/watch.py), and the driver's process group (the child has one of its own).
+    The Milvus server and its watchdog run in sessions of their own and outlive it, as after a real crash.
+    The processes killed, as "pid command"."""
+    watcher = psutil.Process(proc.pid).children()[0]
+    drivers = [c for c in watcher.children() if "hygraph.cli" in " ".join(c.cmdline())]
+    if len(drivers) != 1:
+        raise RuntimeError(f"expected one driver under the command's process {watcher.pid}, found {drivers}")
+    pgid = os.getpgid(drivers[0].pid)
+    if pgid == os.getpgrp():
+        raise RuntimeError("the driver runs in this process's group: killing it would kill the benchmark")
+    group = [p for p in watcher.children(recursive=True) if _pgid(p) == pgid]
+    killed = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in (watcher, *group)]
+    os.killpg(pgid, signal.SIGKILL)
+    watcher.kill()
+    _, alive = psutil.wait_procs([watcher, *group], timeout=30)
+    if alive:
+        raise RuntimeError(f"still alive 30 s after SIGKILL: {alive}")
+    proc.wait(60)
+    return killed
+
+
+def _pgid(p: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(p.pid)
+    except ProcessLookupError:
+        return None  # it ended since it was listed: nothing of it to kill
+
+
+def killed_build(cluster: RayCluster, corpus: Path, index_dir: Path, env: dict[str, str], log: Path,
+                 after_s: float) -> dict[str, Any]:
+    """`hygraph index` (no --restart: the command a user reruns) whose driver is SIGKILLed `after_s` seconds
+    after it started: when, what was running then (from its progress log) and what its checkpoint held."""
+    t0 = time.perf_counter()
+    with log.open("w") as err:
+        proc = cluster.popen(index_command(corpus, index_dir, restart=False), env=env, cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=err)
+        while proc.poll() is None and time.perf_counter() - t0 < after_s:
+            time.sleep(0.05)
+        if proc.poll() is not None:
+            raise RuntimeError(f"the build ended ({proc.returncode}) before its kill at {after_s:.0f} s; "
+                               f"log in {log}:\n{log.read_text()[-3000:]}")
+        running = running_stages(log.read_text())  # read before the kill: the stages its driver last reported
+        killed = kill_driver(proc)
+    seconds = time.perf_counter() - t0
+    lines = [line for line in log.read_text().splitlines() if line.startswith("[index]")]
+    return {"killed_after_s": round(seconds, 1), "running_at_kill": running,
+            "last_progress_line": lines[-1] if lines else "", "killed_processes": killed,
+            "record_at_kill": checkpoint_record(index_dir)}
+
+
+def kill_and_resume(cluster: RayCluster, corpus: Path, index_dir: Path, env: dict[str, str], log: Path,
+                    uninterrupted: dict[str, Any], fraction: float) -> dict[str, Any]:
+    """A build of `corpus` into the new `index_dir` killed at `fraction` of the uninterrupted build's wall
+    seconds, then the same command run again to the end: what each run did and the work repeated."""
+    shutil.rmtree(index_dir, ignore_errors=True)
+    killed = killed_build(cluster, corpus, index_dir, env, log.with_suffix(".killed.log"),
+                          fraction * uninterrupted["wall_s"])
+    # Read after the kill, when Ray has ended the killed build's actors: what the rerun finds.
+    killed["record_at_rerun"] = checkpoint_record(index_dir)
+    resumed = build(cluster, corpus, index_dir, env, log.with_suffix(".resumed.log"), restart=False)
+    text = log.with_suffix(".resumed.log").read_text()
+    ingest_kept = [m.group(0)[len("[index] "):] for line in text.splitlines() if (m := INGEST_KEPT.match(line))]
+    kept = resumed["resumed_stages"]
+    redone = {s: t for s, t in resumed["stats"]["seconds_per_stage"].items() if s not in kept}
+    base = uninterrupted["wall_s"]
+    return {"fraction": fraction, **killed, "resumed_s": resumed["wall_s"], "resumed_build_s": resumed["seconds"],
+            "uninterrupted_s": base,
+            "repeated_work": round((killed["killed_after_s"] + resumed["wall_s"] - base) / base, 3),
+            "stages_kept": kept, "seconds_of_kept_stages": resumed["stats"]["seconds_of_resumed_stages"],
+            "collections_kept": resumed["stats"]["collections_kept"], "ingest_kept": ingest_kept,
+            "stages_redone_s": redone, "vectors_written": resumed["stats"]["vectors_written"],
+            "driver_peak_rss_bytes": resumed["stats"]["driver_peak_rss_bytes"],
+            "worker_peak_rss_bytes": resumed["stats"]["worker_peak_rss_bytes"],
+            "worker_peak_rss_bytes_per_node": resumed["stats"]["worker_peak_rss_bytes_per_node"],
+            "version": resumed["version"], "result": {k: resumed[k] for k in COUNTS},
+            "load_average_1m": resumed["load_average_1m"]}
+
+
+def _table(store: IndexStore, version: int, name: str) -> pa.Table:
+    """Every live row of one table of a version, sorted by id."""
+    table = store.open(version).table(ARTIFACTS[name])
+    return pa.Table.from_batches(list(table.batches())).sort_by("id")
+
+
+def _column_difference(a: pa.ChunkedArray, b: pa.ChunkedArray) -> str:
+    """How two columns of equal length differ: the rows that differ, and the largest difference of a float one."""
+    a, b = a.combine_chunks(), b.combine_chunks()
+    if len(a) != len(b):
+        return f"{len(a)} against {len(b)} rows"
+    rows = sum(1 for x, y in zip(a, b) if x != y)
+    flat = a.type
+    while pa.types.is_list(flat) or pa.types.is_fixed_size_list(flat):
+        flat = flat.value_type
+    if pa.types.is_floating(flat):
+        x = np.asarray(pa.compute.list_flatten(a) if flat is not a.type else a, np.float64)
+        y = np.asarray(pa.compute.list_flatten(b) if flat is not b.type else b, np.float64)
+        if x.shape == y.shape:
+            return f"{rows} rows differ, largest difference {np.abs(x - y).max():.3g}"
+    return f"{rows} rows differ"
+
+
+def compare_tables(a_dir: Path, b_dir: Path) -> dict[str, Any]:
+    """Every table of the two indexes' current versions, sorted by id, column by column; and the manifests'
+    counts, dims, hierarchy, hyperbolic bound and LLM calls."""
+    a, b = IndexStore(a_dir), IndexStore(b_dir)
+    ma, mb = a.manifest(), b.manifest()
+    out: dict[str, Any] = {"versions": [ma.version, mb.version], "tables": {}, "manifest_differs": []}
+    for key in ("counts", "dims", "graph", "hierarchy", "hyperbolic", "llm_calls"):
+        if getattr(ma, key) != getattr(mb, key):
+            out["manifest_differs"].append(f"{key}: {getattr(ma, key)} against {getattr(mb, key)}")
+    for name in sorted(set(ma.tables) | set(mb.tables)):
+        if name not in ma.tables or name not in mb.tables:
+            out["tables"][name] = {"equal": False, "note": "in one index only"}
+            continue
+        ta, tb = _table(a, ma.version, name), _table(b, mb.version, name)
+        differs = {c: _column_difference(ta.column(c), tb.column(c)) for c in ta.column_names
+                   if c not in tb.column_names or not ta.column(c).equals(tb.column(c))}
+        out["tables"][name] = {"rows": [ta.num_rows, tb.num_rows], "columns": ta.num_columns,
+                               "equal": ta.schema == tb.schema and not differs, "differs": differs}
+        del ta, tb
+    out["equal"] = not out["manifest_differs"] and all(t["equal"] for t in out["tables"].values())
+    return out
+
+
+def stored_vectors(index_dir: Path, sample: int, ids: dict[str, list[str]] | None = None
+                   ) -> tuple[dict[str, Any], dict[str, list[str]], dict[str, np.ndarray]]:
+    """Of the index's managed Milvus server: every collection on it; the row count of each collection the
+    current version names (kind -> count); `sample` stored vectors of each (`ids`: those ids per kind, else
+    the first `sample` rows)."""
+    cfg = load_config(None)
+    store = IndexStore(index_dir)
+    vs = connect(cfg.vector_store, index_dir)
+    try:
+        present = sorted(vs.client.list_collections())
+        counts, chosen, vectors = {}, {}, {}
+        for kind, name in sorted(store.manifest().collections.items()):
+            counts[kind] = int(vs.client.get_collection_stats(name)["row_count"])
+            vs.open(name)
+            chosen[kind] = ids[kind] if ids is not None else [
+                r["item_id"] for r in vs.client.query(name, filter='item_id != ""', output_fields=["item_id"],
+                                                       limit=sample)]
+            vectors[kind] = vs.fetch(name, chosen[kind])
+            vs.client.release_collection(name)  # one collection loaded at a time
+    finally:
+        vs.close()
+    return {"collections_on_server": present, "rows": counts}, chosen, vectors
+
+
+def compare_vectors(a_dir: Path, b_dir: Path, sample: int) -> dict[str, Any]:
+    """The rows of each collection of both indexes' current versions, and `sample` vectors of each, fetched
+    by id from both."""
+    a, ids, va = stored_vectors(a_dir, sample)
+    b, _, vb = stored_vectors(b_dir, sample, ids)
+    sampled = {k: {"ids": len(ids[k]), "equal": bool(np.array_equal(va[k], vb[k])),
+                   "largest_difference": float(np.abs(va[k] - vb[k]).max()) if len(ids[k]) else 0.0} for k in ids}
+    return {"rows": {k: [a["rows"][k], b["rows"].get(k)] for k in a["rows"]}, "sampled": sampled,
+            "equal": a["rows"] == b["rows"] and all(s["equal"] for s in sampled.values())}
+
+
+def orphans(index_dir: Path) -> dict[str, Any]:
+    """The collections on the index's Milvus server against those its versions name: a collection of a build
+    that never committed (hg_<uid>_g<N>_*, N not a published version's generation) is an orphan. Also what
+    the build left recorded (collections/ records, builds/ checkpoints)."""
+    store = IndexStore(index_dir)
+    named = {n for v in store.versions() for n in store.manifest(v).collections.values()}
+    vs = connect(load_config(None).vector_store, index_dir)
+    try:
+        present = sorted(vs.client.list_collections())
+    finally:
+        vs.close()
+    return {"collections_on_server": present, "named_by_versions": sorted(named),
+            "orphans": sorted(set(present) - named), "missing": sorted(named - set(present)),
+            "collection_records_left": store.objects.list("collections/"),
+            "checkpoints_left": sorted(p.name for p in (index_dir / BUILDS).iterdir() if p.is_dir())
+            if (index_dir / BUILDS).is_dir() else []}
 
 
 def node_names(cluster: RayCluster) -> dict[str, str]:
@@ -185,7 +404,80 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append(f"| {key} | {v['exponent']} | " + " | ".join(cells) + " |")
     lines += ["", "Cluster each target would need (from the fits):", ""]
     lines += [f"- {int(t):.0e} passages: {what}" for t, what in res["cluster_needed"].items()]
+    killed = [r for r in rows if "kill_resume" in r]
+    if killed:
+        lines += ["", *kill_resume_markdown(killed)]
     return "\n".join(lines) + "\n"
+
+
+def kill_resume_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The "Kill and resume" table: one column per size."""
+    ks = [r["kill_resume"] for r in rows]
+    lines = ["## Kill and resume", "",
+             "The same corpus built again into a new index directory with the same command (no `--restart`), its "
+             "driver (the CLI's process and the driver process group it watches) SIGKILLed at the given fraction of "
+             "the uninterrupted build's wall seconds, then the command run again to the end. Repeated work = "
+             "(seconds until the kill + seconds of the resumed run - uninterrupted seconds) / uninterrupted "
+             "seconds, all wall seconds of the command. The resumed run's memory is its own (the killed run "
+             "reported none).", "",
+             "| | " + " | ".join(f"{r['passages']:,} passages" for r in rows) + " |", "|---|" + "---|" * len(rows)]
+
+    def line(label: str, values: list[Any]) -> None:
+        lines.append(f"| {label} | " + " | ".join(str(v) for v in values) + " |")
+
+    line("uninterrupted s", [f"{k['uninterrupted_s']:.1f}" for k in ks])
+    line("killed at s (fraction)", [f"{k['killed_after_s']:.1f} ({k['fraction']:g})" for k in ks])
+    line("running at the kill", [", ".join(k["running_at_kill"]) or "-" for k in ks])
+    line("checkpoint at the rerun: stages done / collections",
+         [f"{', '.join(k['record_at_rerun'].get('done', [])) or '-'} / "
+          f"{', '.join(k['record_at_rerun'].get('collections', {})) or '-'}" for k in ks])
+    line("resumed run s (build s)", [f"{k['resumed_s']:.1f} ({k['resumed_build_s']:.1f})" for k in ks])
+    line("**repeated work**", [f"**{100 * k['repeated_work']:.1f}%**" for k in ks])
+    line("kept: stages (s they took)", [", ".join(f"{s} ({k['seconds_of_kept_stages'][s]:.1f})"
+                                                  for s in k["stages_kept"]) or "-" for k in ks])
+    line("kept: ingest", ["; ".join(k["ingest_kept"]) or "-" for k in ks])
+    line("kept: collections", [", ".join(k["collections_kept"]) or "-" for k in ks])
+    line("redone or loaded in the resumed run: stage s",
+         [", ".join(f"{s} {t:.1f}" for s, t in k["stages_redone_s"].items()) for k in ks])
+    line("vectors written by the resumed run", [f"{k['vectors_written']:,}" for k in ks])
+    line("resumed run: driver peak RSS MiB", [f"{k['driver_peak_rss_bytes'] / 2**20:.0f}" for k in ks])
+    line("resumed run: worker peak RSS MiB, per node",
+         ["; ".join(f"{n.split('/')[-1]} {b / 2**20:.0f}" for n, b in k["worker_peak_rss_bytes_per_node"].items())
+          for k in ks])
+    line("load average (1 min) at start / end of the resumed run", [" / ".join(map(str, k["load_average_1m"]))
+                                                                     for k in ks])
+    if all("equality" in k for k in ks):
+        line("tables equal (sorted by id, column by column)",
+             [_equal_cell(k["equality"]["tables"]) for k in ks])
+        line("vector rows per collection / sampled vectors by id", [_vectors_cell(k["equality"]["vectors"])
+                                                                     for k in ks])
+        line("collections on the resumed index's server", [", ".join(k["orphan_check"]["collections_on_server"])
+                                                           for k in ks])
+        line("orphans / collection records left / checkpoints left",
+             [f"{k['orphan_check']['orphans'] or 'none'} / {k['orphan_check']['collection_records_left'] or 'none'}"
+              f" / {k['orphan_check']['checkpoints_left'] or 'none'}" for k in ks])
+    return lines
+
+
+def _vectors_cell(vectors: dict[str, Any]) -> str:
+    rows = "; ".join(f"{kind} {a:,}" + ("" if a == b else f" against {b}")
+                     for kind, (a, b) in vectors["rows"].items())
+    sampled = vectors["sampled"]
+    same = sum(s["equal"] for s in sampled.values())
+    return (f"{rows} / {same} of {len(sampled)} collections' samples equal "
+            f"({max((s['ids'] for s in sampled.values()), default=0)} ids each)")
+
+
+def _equal_cell(tables: dict[str, Any]) -> str:
+    if tables["equal"]:
+        return f"all {len(tables['tables'])} equal (manifest counts too)"
+    differ = [f"{n}: {t.get('note') or t['differs']}" for n, t in tables["tables"].items() if not t["equal"]]
+    return "; ".join(differ + tables["manifest_differs"])
+
+
+def report(res: dict[str, Any], out: Path) -> None:
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1))
+    out.with_suffix(".md").write_text(markdown(res))
 
 
 def chart(res: dict[str, Any], path: Path) -> None:
@@ -234,6 +526,11 @@ def main() -> None:
     p.add_argument("--object-store-mb", type=int, default=2048, help="each node's object store")
     p.add_argument("--work", default="runs/bench_build", help="corpora, indexes, logs and the distilled model")
     p.add_argument("--out", default="runs/bench_build/report")
+    p.add_argument("--kill-at", type=float, default=0.0,
+                   help="after each build, build again into a new index dir, SIGKILL its driver at this fraction "
+                        "of the first build's seconds, rerun the command, and compare the result with the first")
+    p.add_argument("--vector-sample", type=int, default=200,
+                   help="with --kill-at: stored vectors compared per collection (all collections' rows are counted)")
     args = p.parse_args()
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -274,8 +571,23 @@ def main() -> None:
             res["sizes"].append(r)
             res["extrapolation"] = extrapolate(res["sizes"])
             res["cluster_needed"] = cluster_needed(res["extrapolation"], args.workers)
-            out.with_suffix(".json").write_text(json.dumps(res, indent=1))
-            out.with_suffix(".md").write_text(markdown(res))
+            if args.kill_at:
+                say(TAG, f"building {n:,} passages again, killed at {args.kill_at:g} of {r['wall_s']:.0f} s")
+                r["kill_resume"] = kill_and_resume(cluster, corpus, work / f"index_{tag}_{n}_killed",
+                                                   build_env(model, args.embed_cpus),
+                                                   work / f"build_{tag}_{n}_killed.log", r, args.kill_at)
+            report(res, out)
+    # Compared once the cluster is gone, and with it every process it ran (the builds' Milvus servers among
+    # them): each index's server is then started here, alone on its data.
+    for r in res["sizes"]:
+        if "kill_resume" in r:
+            kill_dir = work / f"index_{tag}_{r['passages']}_killed"
+            say(TAG, f"comparing {kill_dir.name} with the uninterrupted build")
+            r["kill_resume"]["equality"] = {
+                "tables": compare_tables(work / f"index_{tag}_{r['passages']}", kill_dir),
+                "vectors": compare_vectors(work / f"index_{tag}_{r['passages']}", kill_dir, args.vector_sample)}
+            r["kill_resume"]["orphan_check"] = orphans(kill_dir)
+            report(res, out)
     chart(res, out.with_suffix(".png"))
     print(markdown(res))
 
