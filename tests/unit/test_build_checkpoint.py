@@ -195,6 +195,27 @@ def test_a_resumed_writer_keeps_the_collections_written_and_rewrites_the_rest(tm
     assert ck.kept_collections(gen + 1) == {} and ck.record.collections == {}
 
 
+def test_a_sealed_collection_is_recorded_before_the_writer_finishes(tmp_path):
+    # The collections are written beside the stages after them and `finish` comes after the last stage: a build
+    # killed in between must find every collection sealed by then in its record, not write them again.
+    store = IndexStore(tmp_path, create=True)
+    vs = connect(FAISS, tmp_path)
+    ck = Checkpoint(tmp_path, "fp")
+    recorded = threading.Event()
+
+    def on_written(kind: str, name: str) -> None:
+        ck.collection_written(kind, name)
+        recorded.set()
+
+    with store.begin(prefer=ck.record.generation) as w:
+        writer = CollectionWriter(vs, store, w.version, kept=ck.kept_collections(w.version), on_written=on_written)
+        writer.add("chunks", ["c1", "c2"], np.eye(2, 3, dtype=np.float32))
+        assert recorded.wait(10)
+        # What the rerun of a build killed here reads: the record on disk.
+        assert Checkpoint(tmp_path, "fp").record.collections == {"chunks": store.collection(w.version, "chunks")}
+        writer.finish()
+
+
 def test_a_collection_is_written_as_soon_as_it_is_added_and_a_failed_one_stops_the_build_at_the_next(tmp_path):
     store = IndexStore(tmp_path, create=True)
     index = Index(HygraphConfig(vector_store=FAISS), store)
