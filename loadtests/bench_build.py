@@ -46,6 +46,7 @@ from hygraph.backends.vectorstore import connect  # noqa: E402
 from hygraph.config import load_config  # noqa: E402
 from hygraph.indexing.checkpoint import BUILDS, RECORD  # noqa: E402
 from hygraph.store.artifacts import ARTIFACTS  # noqa: E402
+from hygraph.store.lease import newest  # noqa: E402
 from hygraph.store.versions import IndexStore  # noqa: E402
 from loadtests.bench_scale import embedder_dir, passage_pool, real_passages, write_jsonl  # noqa: E402
 from loadtests.common import OFFLINE_ENV, rename_capitalised, say  # noqa: E402
@@ -189,8 +190,11 @@ def kill_and_resume(cluster: RayCluster, corpus: Path, index_dir: Path, env: dic
     shutil.rmtree(index_dir, ignore_errors=True)
     killed = killed_build(cluster, corpus, index_dir, env, log.with_suffix(".killed.log"),
                           fraction * uninterrupted["wall_s"])
-    # Read after the kill, when Ray has ended the killed build's actors: what the rerun finds.
+    # Read after the kill, when Ray has ended the killed build's actors: what the rerun finds. The killed
+    # build's assembler held the writer lease: the rerun cannot take it (nor publish) before its term ends.
     killed["record_at_rerun"] = checkpoint_record(index_dir)
+    _, lease = newest(IndexStore(index_dir).objects)
+    killed["writer_lease_left_s"] = round(max(0.0, lease.expires - time.time()), 1) if lease is not None else 0.0
     resumed = build(cluster, corpus, index_dir, env, log.with_suffix(".resumed.log"), restart=False)
     text = log.with_suffix(".resumed.log").read_text()
     ingest_kept = [m.group(0)[len("[index] "):] for line in text.splitlines() if (m := INGEST_KEPT.match(line))]
@@ -431,6 +435,8 @@ def kill_resume_markdown(rows: list[dict[str, Any]]) -> list[str]:
     line("checkpoint at the rerun: stages done / collections",
          [f"{', '.join(k['record_at_rerun'].get('done', [])) or '-'} / "
           f"{', '.join(k['record_at_rerun'].get('collections', {})) or '-'}" for k in ks])
+    line("the killed build's writer lease: s of its term left at the rerun", [f"{k['writer_lease_left_s']:.1f}"
+                                                                             for k in ks])
     line("resumed run s (build s)", [f"{k['resumed_s']:.1f} ({k['resumed_build_s']:.1f})" for k in ks])
     line("**repeated work**", [f"**{100 * k['repeated_work']:.1f}%**" for k in ks])
     line("kept: stages (s they took)", [", ".join(f"{s} ({k['seconds_of_kept_stages'][s]:.1f})"
