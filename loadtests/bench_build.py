@@ -16,6 +16,14 @@ builds one given corpus instead (e.g. 2wiki with `--embedder bundled`).
 `--embedder m2v` distils a static model2vec model from the bundled all-MiniLM-L6-v2 (bench_scale's
 `embedder_dir`), `bundled` is MiniLM itself. No embedding cache: every build embeds everything it indexes.
 Writes <out>.json, <out>.md and the log-log chart <out>.png.
+
+`--kill-at F` (issue 29's kill test): after each size's build, the same corpus is built into a new index
+directory by the same command, its driver SIGKILLed once F times the first build's wall seconds have passed,
+and the command run again to the end. The report's "Kill and resume" table gives what was running at the
+kill, the seconds of both runs and the work repeated, what the rerun kept and redid; once the cluster is
+gone, every table of the two indexes' versions is compared sorted by id, column by column, with the rows of
+each Milvus collection and a sample of stored vectors, and the collections on the resumed index's server are
+checked against those its versions name (none of a build that never committed may be left).
 """
 
 from __future__ import annotations
