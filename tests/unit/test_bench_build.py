@@ -8,7 +8,7 @@ import math
 import pytest
 
 from hygraph.indexing.progress import Stages
-from loadtests.bench_build import extrapolate, fit
+from loadtests.bench_build import extrapolate, fit, running_stages
 from loadtests.common import copy_suffix, rename_capitalised
 
 
@@ -45,3 +45,16 @@ def test_stages_keep_the_largest_worker_per_node_and_the_nodes_per_stage():
     assert stages.node_rss == {"127.0.0.1/aaaa": 200, "127.0.0.1/bbbb": 300}
     assert stages.worker_nodes == {"embed": {"127.0.0.1/aaaa", "127.0.0.1/bbbb"}, "hierarchy": {"127.0.0.1/aaaa"}}
     assert stages.worker_rss == {"embed": 300, "hierarchy": 200}
+
+
+def test_the_stages_running_at_a_kill_are_those_started_and_not_done():
+    log = "\n".join([
+        "[index] chunk+embed+extract ...", "[index] documents: 5,000/5,000 (162/s)",
+        "[index] chunk+embed+extract done in 30.9s",
+        "[index] hyperbolic ... (a Ray task beside the assembler)", "[index] knowledge ...",
+        "[index] knowledge done in 7.4s (RSS 628 MiB, peak 628 MiB)", "[index] hierarchy ...",
+        "[index] hierarchy layer 1: 1,683 segments summarized in 2.1s"])
+    assert running_stages(log) == ["hyperbolic", "hierarchy"]
+    done = log + "\n[index] hyperbolic done in 6.3s on 127.0.0.1/076dab98 (a Ray task; peak RSS 569 MiB)"
+    assert running_stages(done) == ["hierarchy"]
+    assert running_stages("[index] cleora: resumed from the checkpoint (it took 5.4s)") == []
