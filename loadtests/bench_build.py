@@ -585,6 +585,7 @@ def main() -> None:
             res["sizes"].append(r)
             res["extrapolation"] = extrapolate(res["sizes"])
             res["cluster_needed"] = cluster_needed(res["extrapolation"], args.workers)
+            report(res, out)  # kept if the kill test below fails
             if args.kill_at:
                 say(TAG, f"building {n:,} passages again, killed at {args.kill_at:g} of {r['wall_s']:.0f} s")
                 r["kill_resume"] = kill_and_resume(cluster, corpus, work / f"index_{tag}_{n}_killed",
