@@ -451,7 +451,7 @@ def kill_resume_markdown(rows: list[dict[str, Any]]) -> list[str]:
                                                   for s in k["stages_kept"]) or "-" for k in ks])
     line("kept: ingest", ["; ".join(k["ingest_kept"]) or "-" for k in ks])
     line("kept: collections", [", ".join(k["collections_kept"]) or "-" for k in ks])
-    line("redone or loaded in the resumed run: stage s",
+    line("run again by the resumed run (not checkpointed, or not kept): stage s",
          [", ".join(f"{s} {t:.1f}" for s, t in k["stages_redone_s"].items()) for k in ks])
     line("vectors written by the resumed run", [f"{k['vectors_written']:,}" for k in ks])
     line("resumed run: driver peak RSS MiB", [f"{k['driver_peak_rss_bytes'] / 2**20:.0f}" for k in ks])
