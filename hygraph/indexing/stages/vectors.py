@@ -125,7 +125,7 @@ class CollectionWriter:
         self._from_before = dict(kept or {})
         self._on_written = on_written
         self._pool = ThreadPoolExecutor(max_workers=len(KINDS), thread_name_prefix="collection")
-        self._running: dict[Future[None], str] = {}
+        self._running: list[Future[None]] = []
         self._started: float | None = None
 
     def add(self, kind: str, ids: list[str], vectors: np.ndarray, metric: str = "IP",
@@ -145,7 +145,7 @@ class CollectionWriter:
         self.vectors_written += len(ids)
         # Handed over in a list the write empties: a submitted call's arguments live until it returns, and
         # the rows are not needed through the seal (the server's index build, minutes at 10^5 vectors).
-        self._running[self._pool.submit(self._write_one, kind, name, [(ids, vectors)], metric, layers)] = kind
+        self._running.append(self._pool.submit(self._write_one, kind, name, [(ids, vectors)], metric, layers))
 
     def finish(self) -> None:
         """Wait until every collection added is written and sealed; the first failure is raised."""
@@ -153,7 +153,7 @@ class CollectionWriter:
             for done in as_completed(self._running):
                 done.result()
         finally:
-            self._running = {}
+            self._running = []
             self._pool.shutdown()  # after a failure: waits for the other writes, so their drop finds them done
             if self._started is not None:
                 self.seconds = time.perf_counter() - self._started
