@@ -11,6 +11,9 @@ import time
 import httpx
 import pytest
 
+from hygraph.config import RayConfig
+from hygraph.runtime import init_ray
+from hygraph.runtime.loopback import LOOPBACK_ENV
 from hygraph.serve.app import APP_NAME, app_builder
 from tests.integration.conftest import cli_env, last_json, run_cli
 
@@ -37,7 +40,12 @@ def test_serving_waits_for_the_first_build_then_serves_it(hotpot_subset, tmp_pat
     for key, value in cli_env(HYGRAPH_API_KEYS=KEY).items():
         monkeypatch.setenv(key, value)
     port = _free_port()
-    ray.init(num_cpus=2, include_dashboard=False)
+    # The project's start: loopback only, and a start that times out on a loaded machine is tried again.
+    # It sets Ray's loopback variable for this process, which the later tests' multi-node clusters must not
+    # inherit: monkeypatch takes it away again.
+    for name, value in LOOPBACK_ENV.items():
+        monkeypatch.setenv(name, value)
+    init_ray(RayConfig(num_cpus=2))
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(app_builder({"config": None, "index_dir": str(index_dir)}), name=APP_NAME, route_prefix="/")
