@@ -21,12 +21,11 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 from ray import serve
 
-from hygraph.backends.embedder import make_embedder
 from hygraph.backends.llm import make_llm
 from hygraph.updater.names import updater_name
 from hygraph.config import HygraphConfig
@@ -35,47 +34,14 @@ from hygraph.errors import IndexNotReady, InputError
 from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieval, answer, answer_stream,
                               needs_question_vector)
 from hygraph.serve.answer_cache import AnswerCache, CacheKey
-from hygraph.serve.batching import ContinuousBatcher
-from hygraph.serve.metrics import AnswerCacheMetrics, EmbedderMetrics, IndexMetrics, LLMMetrics
+from hygraph.serve.metrics import AnswerCacheMetrics, IndexMetrics, LLMMetrics
+from hygraph.serve.question_encoder import QuestionEncoder
 from hygraph.store.objects import is_remote, local_dir_of
 from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry, NoSuchIndex
 from hygraph.store.versions import IndexStore
 
 log = logging.getLogger("hygraph.serve")
 UPDATER_LOOKUP_S = 30.0  # how often a Retriever looks again for an updater that was not running
-
-
-def encode_isolated(encode: Callable[[list[str]], np.ndarray], texts: list[str]) -> list[np.ndarray | Exception]:
-    """One model call for the batch; if it fails, one call per text, so a text the model cannot take
-    fails only its own request (an InputError naming the question) and never its batch-mates'."""
-    try:
-        return list(encode(texts))
-    except Exception:  # noqa: BLE001 - isolated below, item by item
-        out: list[np.ndarray | Exception] = []
-        for text in texts:
-            try:
-                out.append(encode([text])[0])
-            except Exception as exc:  # noqa: BLE001 - this request's own failure
-                log.warning("question could not be embedded: %s", type(exc).__name__)
-                out.append(InputError(f"question: could not be embedded ({type(exc).__name__})"))
-        return out
-
-
-class QuestionEncoder:
-    """Concurrent questions share one model call: continuous batching (serve/batching.py), sized by
-    `serve.embed_max_batch` and `serve.embed_batch_wait_s`; used inside a replica's event loop."""
-
-    def __init__(self, cfg: HygraphConfig, threads: float) -> None:
-        self.model = make_embedder(cfg.embedder, threads=max(1.0, threads), workload="questions")
-        self.metrics = EmbedderMetrics()
-        self._batcher: ContinuousBatcher[str, np.ndarray] = ContinuousBatcher(
-            self._encode, cfg.serve.embed_max_batch, cfg.serve.embed_batch_wait_s, self.metrics.batch.observe)
-
-    async def encode(self, question: str) -> np.ndarray:
-        return await self._batcher(question)
-
-    async def _encode(self, questions: list[str]) -> list[np.ndarray | Exception]:
-        return await asyncio.to_thread(encode_isolated, self.model.encode, questions)
 
 
 def answers_here(cfg: HygraphConfig) -> bool:
@@ -134,7 +100,7 @@ class Retriever:
     def _open_when_built(self) -> None:
         if self._pipeline is None and IndexStore(self.index_dir,
                                                  **self.cfg.store.model_dump()).current_version() is not None:
-            engine = QueryEngine(self.cfg, self.index_dir, embedder=self.encoder.model if self.encoder else None)
+            engine = QueryEngine(self.cfg, self.index_dir, embedder=self.encoder.shared if self.encoder else None)
             self._pipeline = QueryPipeline(engine)
             log.info("serving index version %d", engine.version)
             self.index_metrics.version.set(engine.version)
@@ -159,7 +125,7 @@ class Retriever:
         if IndexStore(path, cache_dir=self.cfg.store.cache_dir).current_version() is None:
             raise IndexNotReady(f"index '{index}' is being created; retry shortly")
         # Loaded outside the lock: a cold index does not hold up queries to the others.
-        engine = QueryEngine(self._named_cfg, path, embedder=self.encoder.model if self.encoder else None)
+        engine = QueryEngine(self._named_cfg, path, embedder=self.encoder.shared if self.encoder else None)
         with self._named_lock:
             found = self._named.setdefault(index, QueryPipeline(engine))
             self._named.move_to_end(index)

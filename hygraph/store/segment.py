@@ -27,6 +27,7 @@ from hygraph.store.artifacts import Artifact, Column, Kind, arrow_type
 from hygraph.store.files import fsync_file
 
 DELETED = -1  # `Segment.find`: the key is tombstoned here
+SILENT = -2  # `Segment.find_many`: the segment says nothing of the key
 # A segment file's name -> a local file holding it (the index's own file, or a node's cached copy), None if absent.
 Source = Callable[[str], Optional[Path]]
 
@@ -127,6 +128,9 @@ class Strings(Sequence[str]):
         at = self._at
         return str(self.data[at[row]:at[row + 1]], "utf-8")
 
+    def many(self, rows: np.ndarray) -> list[str]:
+        return [self[row] for row in rows.tolist()]
+
     def part(self, start: int, stop: int) -> "Strings":
         return Strings(self.offsets[start:stop + 1], self.data)
 
@@ -146,6 +150,9 @@ class _Numbers:
     def __getitem__(self, row: int) -> np.ndarray:
         return self.values[self.offsets[row]:self.offsets[row + 1]]
 
+    def many(self, rows: np.ndarray) -> list[np.ndarray]:
+        return [self[row] for row in rows.tolist()]
+
 
 class _Vectors:
     def __init__(self, array: pa.Array) -> None:
@@ -154,6 +161,9 @@ class _Vectors:
 
     def __getitem__(self, row: int) -> np.ndarray:
         return self.matrix[row]
+
+    def many(self, rows: np.ndarray) -> list[np.ndarray]:
+        return list(self.matrix[rows])
 
 
 class _Lists:
@@ -165,6 +175,10 @@ class _Lists:
     def __getitem__(self, row: int) -> tuple[str, ...]:
         return tuple(self.array[row].as_py())
 
+    def many(self, rows: np.ndarray) -> list[tuple[str, ...]]:
+        # One Arrow take and conversion for all the rows: a row's own scalar and `as_py` cost more than its strings.
+        return list(map(tuple, self.array.take(rows).to_pylist()))
+
 
 class _Scalars:
     def __init__(self, array: pa.Array) -> None:
@@ -172,6 +186,9 @@ class _Scalars:
 
     def __getitem__(self, row: int) -> Any:
         return self.values[row].item()
+
+    def many(self, rows: np.ndarray) -> list[Any]:
+        return self.values[rows].tolist()
 
 
 def _reader(column: Column, array: pa.Array) -> Any:
@@ -249,6 +266,27 @@ class Segment:
                 return DELETED
             i += 1
         return None
+
+    def find_many(self, keys: Sequence[str], key_hashes: np.ndarray) -> np.ndarray:
+        """`find` of each key (its hash at the same place), SILENT where this segment says nothing of it: one
+        search of the sorted hashes for all the keys; a key whose hash matches is still compared as a string."""
+        out = np.full(len(keys), SILENT, dtype=np.int64)
+        n = len(self.hashes)
+        if n == 0 or not len(keys):
+            return out
+        at = self.hashes.searchsorted(key_hashes)
+        matched = np.flatnonzero(self.hashes[np.minimum(at, n - 1)] == key_hashes)
+        targets, ids = self.targets[at[matched]].tolist(), self.ids
+        for i, target in zip(matched.tolist(), targets):
+            key = keys[i]
+            # The first entry of the hash is nearly always the key (a 64-bit hash); `find` walks the rest.
+            if target >= 0 and ids.equals(target, key.encode("utf-8")):
+                out[i] = target
+            else:
+                row = self.find(key, int(key_hashes[i]))
+                if row is not None:
+                    out[i] = row
+        return out
 
     def dead_keys(self) -> list[str]:
         return [self.dead[i] for i in range(self.n_dead)] if self.dead is not None else []

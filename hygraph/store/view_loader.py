@@ -77,6 +77,10 @@ class ColumnMap(_Keyed[V]):
     def get(self, key: str, default: Any = None) -> Any:
         return self.table.value_or(key, self.column, default) if isinstance(key, str) else default
 
+    def get_many(self, keys: Sequence[str], default: Any = None) -> list[Any]:
+        """`get` of each key, read together (core/retrieval/view.py's `read_many`)."""
+        return self.table.values_or(keys, self.column, default)
+
 
 class RowMap(_Keyed[V]):
     """Several columns of an artifact, by key, made into one value."""

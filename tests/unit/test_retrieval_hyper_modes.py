@@ -513,3 +513,13 @@ def test_hyperbolic_over_an_index_without_chunks_finds_nothing() -> None:
     ctx, _ = run_hyperbolic(view, search, DIRECTIVES)
     assert ctx.passages == [] and ctx.chunks == []
     assert ctx.notes["implicit_subgraph"] == {"nodes": [], "edges": [], "root": "query"}
+
+
+def test_read_many_reads_a_plain_mapping_key_by_key_and_names_an_absent_key():
+    from hygraph.core.retrieval.view import read_many
+
+    scores = {"a": 0.5, "b": 0.25}
+    assert read_many(scores, ["b", "a", "b"]) == [0.25, 0.5, 0.25]
+    assert read_many(scores, ["a", "z"], 0.0) == [0.5, 0.0]
+    with pytest.raises(KeyError, match="z"):
+        read_many(scores, ["a", "z"])

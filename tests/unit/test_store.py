@@ -131,6 +131,31 @@ def test_lookups_stay_exact_when_every_key_hashes_alike(tmp_path, monkeypatch):
     assert "c" not in docs and "d" not in docs and sorted(docs.ids()) == ["a", "b"]
 
 
+@pytest.mark.parametrize("colliding", [False, True])
+def test_many_keys_read_together_read_what_each_read_alone_does(tmp_path, monkeypatch, colliding):
+    from hygraph.store import table as table_module
+
+    if colliding:  # every key hashes alike: found by comparing the strings
+        monkeypatch.setattr(segment, "key_hash", lambda key: 42)
+        monkeypatch.setattr(table_module, "key_hash", lambda key: 42)
+        monkeypatch.setattr(table_module, "hashes", lambda keys: np.full(len(list(keys)), 42, np.int64))
+    store = IndexStore(tmp_path, create=True)
+    ids = [f"d{i}" for i in range(12)]
+    v1 = _commit(store, replace=_docs(*ids))
+    v2 = _commit(store, store.open(v1).table(DOCUMENTS),
+                 rows=[DocumentRow("d3", "new d3", "x", ("n:0", "n:1")), *_docs("e")], dead=["d5", "d7"])
+    keys = ["e", "d3", "d5", "absent", "d0", "d3", "d11", "d7", "東京", "d1"]
+    alone = store.open(v2).table(DOCUMENTS)
+    expected = {c: [alone.value_or(k, c, None) for k in keys] for c in ("title", "chunks")}
+    assert expected["title"][:4] == ["title e", "new d3", None, None]
+    assert expected["chunks"][1] == ("n:0", "n:1")
+    together = store.open(v2).table(DOCUMENTS)  # nothing located yet
+    for _ in range(2):  # then every location kept
+        for column in ("title", "chunks"):
+            assert together.values_or(keys, column, None) == expected[column]
+        assert together.values_or(keys[:3], "title", "-") == ["title e", "new d3", "-"]  # a few keys: one by one
+
+
 def test_a_failed_version_leaves_nothing_behind(tmp_path):
     store = IndexStore(tmp_path, create=True)
     v1 = _commit(store, replace=_docs("a"))

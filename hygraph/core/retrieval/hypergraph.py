@@ -30,16 +30,20 @@ chunks score in (0, 1] like the entity and hyperedge items they share a prompt b
 from __future__ import annotations
 
 from functools import partial
+from itertools import chain
 from operator import itemgetter
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from hygraph.core.retrieval.context import (Context, ContextItem, LazySources, LazyTextItem, Search,
                                             passages_from_chunks)
-from hygraph.core.retrieval.view import Embed, IndexView, QuestionEntities
+from hygraph.core.retrieval.view import REQUIRED, Embed, IndexView, QuestionEntities, read_many
 
 _RRF_C = 60
+# An item's passages are read together from this many chunks on (a hub entity's); an item of a few chunks, as most
+# are, reads them one by one, which costs less than preparing a read of several keys.
+_FILL_FROM = 8
 
 
 def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, search: Search, embed: Embed,
@@ -63,25 +67,34 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     [entity_hits] = search("entities", entity_query[None, :], k_v, None)
     edge_hits, dense_hits = (hits[0] for hits in question_searches())
 
-    # Each view lookup decodes from the mapped columns (microseconds each) and the expansion meets the same
-    # hyperedges and hub entities many times: every item's extraction score, members and chunks are read once
-    # per query (`_Reads`). The additions below keep the order of the plain loops, so the sums and ties are
-    # the same.
+    # Each view lookup decodes from the mapped columns and the expansion meets the same hyperedges and hub
+    # entities many times: every item's extraction score, members and chunks are read once per query
+    # (`_Reads`), and each wave of items is read in one call per field (`_Memo.fill`: one key search and one
+    # column read for all of them, where a lookup per item cost more than the expansion itself). The
+    # additions below keep the order of the plain loops, so the sums and ties are the same.
     reads = _Reads(view)
+    reads.entity_score.fill(u for u, _ in entity_hits)
     retrieved_entities = _scored_above(entity_hits, reads.entity_score.__getitem__, tau_v)
+    reads.entity_edges.fill(retrieved_entities)
+    reads.edge_score.fill(chain((e for e, _ in edge_hits),
+                                (e for v in retrieved_entities for e in reads.entity_edges[v])))
     edge_score = _scored_above(edge_hits, reads.edge_score.__getitem__, tau_h)
     for v, s in retrieved_entities.items():
-        for e in view.entity_hyperedges.get(v, ()):
+        for e in reads.entity_edges[v]:
             value = s * reads.edge_score[e]
             if value > edge_score.get(e, -np.inf):
                 edge_score[e] = value
     entity_score = dict(retrieved_entities)
+    reads.members.fill(edge_score)
+    reads.entity_score.fill(u for e in edge_score for u in reads.members[e])
     for e, s in edge_score.items():
         for u in reads.members[e]:
             value = s * reads.entity_score[u]
             if value > entity_score.get(u, -np.inf):
                 entity_score[u] = value
 
+    reads.edge_chunks.fill(edge_score)
+    reads.entity_chunks.fill(entity_score)
     evidence: dict[str, float] = {}
     _spread(evidence, ((reads.edge_chunks[e], s) for e, s in edge_score.items()))
     _spread(evidence, ((reads.entity_chunks[u], s) for u, s in entity_score.items()))
@@ -160,15 +173,21 @@ def _entity_text(view: IndexView, entity_id: str) -> str:
 
 
 class _Memo(dict):
-    """`memo[key]`: `read(key)`, computed once per key. A dict, so that a key read before costs one dict lookup
-    and no Python call (the expansion reads hub entities hundreds of times a query)."""
+    """`memo[key]`: the view field's value of `key`, read once per query. A dict, so that a key read before costs
+    one dict lookup and no Python call (the expansion reads hub entities hundreds of times a query); `fill` reads
+    many keys in one call, and a key not filled is read alone."""
 
-    def __init__(self, read: Callable[[str], Any]) -> None:
+    def __init__(self, field: Mapping[str, Any], default: Any = REQUIRED) -> None:
         super().__init__()
-        self.read = read
+        self.field, self.default = field, default
+
+    def fill(self, keys: Iterable[str]) -> None:
+        todo = [key for key in dict.fromkeys(keys) if key not in self]
+        if todo:
+            self.update(zip(todo, read_many(self.field, todo, self.default)))
 
     def __missing__(self, key: str) -> Any:
-        got = self[key] = self.read(key)
+        got = self[key] = self.field[key] if self.default is REQUIRED else self.field.get(key, self.default)
         return got
 
 
@@ -176,10 +195,12 @@ class _DocOf(_Memo):
     """Chunk id -> its passage id, each looked up in the view once per query (hub entities share chunks)."""
 
     def __init__(self, view: IndexView) -> None:
-        super().__init__(view.chunk_doc.__getitem__)
+        super().__init__(view.chunk_doc)
 
-    def of_all(self, chunk_ids: Iterable[str]) -> tuple[str, ...]:
+    def of_all(self, chunk_ids: Sequence[str]) -> tuple[str, ...]:
         """The passages of the chunks, first-mention order, each once."""
+        if len(chunk_ids) >= _FILL_FROM:
+            self.fill(chunk_ids)
         return tuple(dict.fromkeys(map(self.__getitem__, chunk_ids)))
 
     def lazy(self, chunk_ids: Sequence[str]) -> LazySources:
@@ -191,8 +212,9 @@ class _Reads:
     """The view's entity and hyperedge fields that the expansion reads, each item's read once per query."""
 
     def __init__(self, view: IndexView) -> None:
-        self.entity_score = _Memo(view.entity_score.__getitem__)
-        self.edge_score = _Memo(view.hyperedge_score.__getitem__)
-        self.members = _Memo(view.hyperedge_entities.__getitem__)
-        self.entity_chunks = _Memo(lambda u: view.entity_chunks.get(u, ()))
-        self.edge_chunks = _Memo(lambda e: view.hyperedge_chunks.get(e, ()))
+        self.entity_score = _Memo(view.entity_score)
+        self.edge_score = _Memo(view.hyperedge_score)
+        self.members = _Memo(view.hyperedge_entities)
+        self.entity_edges = _Memo(view.entity_hyperedges, ())
+        self.entity_chunks = _Memo(view.entity_chunks, ())
+        self.edge_chunks = _Memo(view.hyperedge_chunks, ())

@@ -10,7 +10,7 @@ testable on a hand-made view with a brute-force search.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Container, Iterable, Mapping, Sequence
+from typing import Any, Callable, Container, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,21 @@ QuestionEntities = Callable[[str], list[str]]  # the `extract` role on a questio
 Decompose = Callable[[str, Sequence[str]], list[str]]  # (question, round-1 passages) -> directives
 # chunk ids -> their live Poincaré points (n, dim) float64: the online learner moves them between versions
 Points = Callable[[Sequence[str]], np.ndarray]
+V = TypeVar("V")
+REQUIRED: Any = object()  # `read_many`'s default: every key must be present
+
+
+def read_many(mapping: Mapping[str, V], keys: Sequence[str], default: Any = REQUIRED) -> list[V]:
+    """`mapping[key]` of each key (KeyError for an absent one), or `mapping.get(key, default)` when a default is
+    given. A served view's mappings read several keys in one call (their `get_many`: one search of the mapped
+    key index and one column read for all of them); a plain dict is read key by key."""
+    many = getattr(mapping, "get_many", None)
+    got = many(keys, default) if many is not None else [mapping.get(key, default) for key in keys]
+    if default is REQUIRED:
+        for key, value in zip(keys, got):
+            if value is REQUIRED:
+                raise KeyError(key)
+    return got
 
 
 @dataclass
