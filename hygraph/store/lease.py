@@ -21,7 +21,13 @@ as long as it runs (a local index's updater locks a file instead): one updater a
 whatever node.
 
 `expires` is the holder's wall clock: the machines of one index must keep their clocks within a small
-fraction of the term (NTP does); a contender never takes a lease before its expiry on its own clock.
+fraction of the term (NTP does); a contender never takes a lease before its expiry on its own clock, with one
+exception: a holder that certainly died. `holder` is `host:pid:nonce:space:start` (space: the machine's boot
+and pid namespace, start: the process's start time, hygraph/processes.py), so a contender that sees the same
+pids (the same space) takes a live term at once when that pid is gone, a zombie, or names a process started
+at another time: a killed `hygraph index` is rerun at once, not a term later. From any other machine, or for
+a record without those fields (an older hygraph's), only the expiry counts. Taking it is the same
+`put_if_absent` of the next epoch, and fencing is unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from hygraph.errors import StoreError
+from hygraph.processes import certainly_dead, pid_space, stat
 from hygraph.store.objects import Objects
 
 log = logging.getLogger(__name__)
@@ -55,6 +62,13 @@ class LeaseRecord:
 
     def live(self, now: float | None = None) -> bool:
         return self.expires > (time.time() if now is None else now)
+
+    def holder_dead(self) -> bool:
+        """Whether the holder's process certainly ended (it ran in this process's pid space and is gone)."""
+        parts = self.holder.split(":")
+        if len(parts) != 5 or not parts[1].isdigit():
+            return False
+        return certainly_dead(parts[3], int(parts[1]), int(parts[4]) if parts[4].isdigit() else None)
 
 
 class LeaseHeld(StoreError):
@@ -103,13 +117,13 @@ class WriterLease:
         self._put = threading.Lock()
 
     def acquire(self, number: Callable[[LeaseRecord | None], int], wait_s: float | None = None) -> int:
-        """Take the lease, waiting while another holder's term runs (at most `wait_s`, None: as long as it
+        """Take the lease, waiting while another live holder's term runs (at most `wait_s`, None: as long as it
         takes), for the version `number(previous holder's record or None)`; returns that version."""
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:
             epoch, record = newest(self.objects, self.prefix)
             now = time.time()
-            if record is None or not record.live(now):
+            if record is None or not record.live(now) or record.holder_dead():
                 # Numbered before the lease is won: only a holder publishes, and the last one is done or fenced.
                 self.version = number(record)
                 if self.objects.put_if_absent(key(epoch + 1, self.prefix), self._record(now + self.term_s),
@@ -153,7 +167,9 @@ class WriterLease:
 
 
 def _holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """`host:pid:nonce:space:start` (the module's docstring); space and start are empty where unknown."""
+    own = stat(os.getpid())
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}:{pid_space()}:{own[1] if own else ''}"
 
 
 class ReaderLease:
