@@ -103,7 +103,7 @@ def _assemble(job: Assembly, stages: Stages, beside: Beside, before_commit: Call
         # is written as soon as its vectors exist, while the later stages run. Once it is published, the
         # versions before it go when their grace ends, with their segments and collections, and so do the
         # collections of builds that died before committing.
-        with index.publishing(prefer=ckpt.record.generation, warn=stages.note) as w, \
+        with index.publishing(prefer=ckpt.record.generation, warn=stages.note, waiting=stages.note) as w, \
                 vectors.CollectionWriter(index.vectors, store, w.version, kept=ckpt.kept_collections(w.version),
                                          on_written=ckpt.collection_written) as writer:
             writer.add("chunks", built.chunk_ids, ing.embeddings)

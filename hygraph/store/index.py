@@ -72,12 +72,13 @@ class Index:
         self.vectors.close()
 
     @contextmanager
-    def publishing(self, prefer: int | None = None,
-                   warn: Callable[[str], None] = _log_warning) -> Iterator[VersionWriter]:
-        """Publish the next version: yields its writer (`IndexStore.begin`, numbered past `prefer` as there),
-        whose segments and vector collections the body writes, recording each collection before creating it
-        (`IndexStore.record_collections`), and which the body ends by committing (`VersionWriter.commit`,
-        with `expect_current` when it changes a version it read).
+    def publishing(self, prefer: int | None = None, warn: Callable[[str], None] = _log_warning,
+                   waiting: Callable[[str], None] | None = None) -> Iterator[VersionWriter]:
+        """Publish the next version: yields its writer (`IndexStore.begin`, numbered past `prefer` and telling
+        `waiting` of a wait for the writer lease as there), whose segments and vector collections the body
+        writes, recording each collection before creating it (`IndexStore.record_collections`), and which the
+        body ends by committing (`VersionWriter.commit`, with `expect_current` when it changes a version it
+        read).
 
         If the version is not published (the body raised or never committed), the collections recorded for
         it are dropped before the writer lease is released: a resumed build may take the same number, and
@@ -86,7 +87,7 @@ class Index:
         collections), the vector rows it retired are deleted and garbage is collected. Those steps come after
         the change is published, so each failure goes to `warn` (default: this module's log), never raised;
         they are retried by the next publish or the writer's next start."""
-        with self.files.begin(prefer=prefer) as w:
+        with self.files.begin(prefer=prefer, waiting=waiting) as w:
             try:
                 yield w
             finally:

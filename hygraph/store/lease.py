@@ -52,6 +52,7 @@ PREFIX = "leases/writer/"
 UPDATER = "leases/updater/"
 READERS = "leases/readers/"
 DEFAULT_TERM_S = 30.0
+WAIT_NOTE_S = 5.0  # at most one line per this many seconds while a contender waits (`WriterLease.acquire`)
 
 
 @dataclass
@@ -116,10 +117,13 @@ class WriterLease:
         self.renewed = 0.0  # time.monotonic() of the last write
         self._put = threading.Lock()
 
-    def acquire(self, number: Callable[[LeaseRecord | None], int], wait_s: float | None = None) -> int:
+    def acquire(self, number: Callable[[LeaseRecord | None], int], wait_s: float | None = None,
+                waiting: Callable[[str], None] | None = None) -> int:
         """Take the lease, waiting while another live holder's term runs (at most `wait_s`, None: as long as it
-        takes), for the version `number(previous holder's record or None)`; returns that version."""
+        takes), for the version `number(previous holder's record or None)`; returns that version. `waiting` is
+        told who holds it and until when, as the wait starts and every WAIT_NOTE_S while it lasts."""
         deadline = None if wait_s is None else time.monotonic() + wait_s
+        noted = float("-inf")
         while True:
             epoch, record = newest(self.objects, self.prefix)
             now = time.time()
@@ -132,10 +136,14 @@ class WriterLease:
                     _RENEWER.add(self)
                     return self.version
                 continue  # another contender took epoch + 1 first: read it
+            until, kind = time.strftime("%H:%M:%S", time.localtime(record.expires)), self.prefix.split("/")[1]
             if deadline is not None and time.monotonic() >= deadline:
-                until, kind = time.strftime("%H:%M:%S", time.localtime(record.expires)), self.prefix.split("/")[1]
                 raise LeaseHeld(f"{self.objects.uri}: another {kind} ({record.holder}) holds the index's {kind} "
                                 f"lease until {until}")
+            if waiting is not None and time.monotonic() - noted >= WAIT_NOTE_S:
+                noted = time.monotonic()
+                waiting(f"waiting for the {kind} lease of {self.objects.uri}: {record.holder} holds it until "
+                        f"{until} ({record.expires - now:.0f} s left)")
             time.sleep(max(0.0, min(record.expires - now, self.term_s / 10, 1.0)))
 
     def _record(self, expires: float) -> bytes:

@@ -41,7 +41,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -258,9 +258,11 @@ class IndexStore:
         return self.objects.size(_manifest_key(version)) is not None
 
     @contextmanager
-    def begin(self, prefer: int | None = None, wait_s: float | None = None) -> Iterator[VersionWriter]:
-        """Take the writer lease (waiting at most `wait_s` for another writer, None: as long as it writes) and
-        number the next version: past every published one and the one the previous holder was writing, or
+    def begin(self, prefer: int | None = None, wait_s: float | None = None,
+              waiting: Callable[[str], None] | None = None) -> Iterator[VersionWriter]:
+        """Take the writer lease (waiting at most `wait_s` for another writer, None: as long as it writes, and
+        telling `waiting` who holds it while it waits, WriterLease.acquire) and number the next version: past
+        every published one and the one the previous holder was writing, or
         `prefer` while that is still above every published version (a resumed build keeps the number its
         vector collections are named after). On any exception the version's unpublished segments are removed."""
         hold = WriterLease(self.objects, self.lease_s)
@@ -271,7 +273,7 @@ class IndexStore:
             seen["last"] = last = previous.version if previous is not None else 0
             return prefer if prefer is not None and prefer > top else max(top, last) + 1
 
-        version = hold.acquire(number, wait_s)
+        version = hold.acquire(number, wait_s, waiting)
         try:
             current = self.current_version()
             if seen["top"] and (current is None or seen["top"] > current):

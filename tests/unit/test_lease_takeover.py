@@ -113,6 +113,29 @@ def test_the_taken_over_holder_is_fenced(objects):
     second.release()
 
 
+def test_a_contender_says_who_holds_the_lease_while_it_waits(objects, monkeypatch):
+    monkeypatch.setattr(lease, "WAIT_NOTE_S", 0.3)
+    _put(objects, "elsewhere:1:abcd1234", term_s=1.2)
+    lines: list[str] = []
+    contender = WriterLease(objects, term_s=5.0)
+    assert contender.acquire(lambda previous: 1, waiting=lines.append) == 1
+    contender.release()
+    assert 2 <= len(lines) <= 6, lines  # one as the wait starts, then one per WAIT_NOTE_S
+    assert "waiting for the writer lease" in lines[0] and "elsewhere:1:abcd1234 holds it until" in lines[0]
+
+
+def test_a_build_waiting_for_the_writer_lease_says_so(tmp_path, monkeypatch):
+    from hygraph.store.versions import IndexStore
+
+    monkeypatch.setattr(lease, "WAIT_NOTE_S", 0.3)
+    store = IndexStore(tmp_path, create=True)
+    _put(store.objects, "elsewhere:1:abcd1234", term_s=0.8)  # type: ignore[arg-type]
+    lines: list[str] = []
+    with store.begin(waiting=lines.append) as w:
+        assert w.version == 5  # past the version the previous holder wrote
+    assert lines and "elsewhere:1:abcd1234 holds it until" in lines[0]
+
+
 def test_a_holder_names_its_process():
     host, pid, nonce, space, started = lease._holder().split(":")
     assert (host, int(pid), space) == (socket.gethostname(), os.getpid(), pid_space())
