@@ -105,7 +105,9 @@ def _assemble(job: Assembly, stages: Stages, beside: Beside, before_commit: Call
         # collections of builds that died before committing.
         with index.publishing(prefer=ckpt.record.generation, warn=stages.note, waiting=stages.note) as w, \
                 vectors.CollectionWriter(index.vectors, store, w.version, kept=ckpt.kept_collections(w.version),
-                                         on_written=ckpt.collection_written) as writer:
+                                         on_written=ckpt.collection_written,
+                                         partial=ckpt.partial_collections(w.version),
+                                         on_created=ckpt.collection_created) as writer:
             writer.add("chunks", built.chunk_ids, ing.embeddings)
             if job.graph:
                 _graph_stages(cfg, job, built, records, stages, beside, usage, writer)
@@ -118,6 +120,9 @@ def _assemble(job: Assembly, stages: Stages, beside: Beside, before_commit: Call
                         "first collection started, beside the stages after it")
             if writer.kept:
                 stages.note(f"write vectors: collections {', '.join(writer.kept)} kept from the checkpoint")
+            if writer.continued:
+                stages.note("write vectors: collections continued from the checkpoint with the rows they lacked: "
+                            + ", ".join(f"{k} ({n:,} rows kept)" for k, n in writer.continued.items()))
             manifest.generation, manifest.collections = w.version, writer.collections
             manifest.config_hash, manifest.journal_offset = cfg.index_hash(), offset
             manifest.llm_calls = usage.calls()
@@ -249,7 +254,7 @@ def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWrit
     """The manifest's statistics of how this run of the build went."""
     return {"seconds_per_stage": stages.seconds, "resumed_stages": ckpt.resumed,
             "seconds_of_resumed_stages": {s: ckpt.record.seconds[s] for s in ckpt.resumed},
-            "collections_kept": writer.kept,
+            "collections_kept": writer.kept, "collections_continued": dict(writer.continued),
             "driver_peak_rss_bytes": driver_peak_rss,
             "worker_peak_rss_bytes": max(stages.worker_rss.values(), default=0),
             "worker_peak_rss_bytes_per_stage": dict(stages.worker_rss),

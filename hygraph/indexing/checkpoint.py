@@ -5,11 +5,11 @@ A build is named by the fingerprint of its inputs (the corpus, triples and KG fi
 loads every finished stage instead of computing it again; a rerun with other inputs removes the stale
 checkpoint, and `--restart` discards it. The ingest stage keeps its work per Ray Data batch
 (`ingest/shard-*.arrow`, stages/ingest.py); the other stages write their outputs once done. The
-vector collections a build fully wrote are recorded with the version they are named after, so a
-resumed build that reserves the same version keeps them; a collection cut off mid-write is not
-recorded and is written again. Every file is written whole or not at all (store/stage_files.py),
-and the record (`build.json`) is rewritten atomically after each stage. The commit removes the
-checkpoint.
+vector collections a build created and those it fully wrote are recorded with the version they are
+named after, so a resumed build that reserves the same version keeps those fully written, and
+continues one cut off mid-write with the rows it lacks (stages/vectors.py). Every file is written
+whole or not at all (store/stage_files.py), and the record (`build.json`) is rewritten atomically
+after each stage. The commit removes the checkpoint.
 
 Stages that are pure, quick functions of the ingest output (knowledge, hybrid graph) are derived again
 rather than stored. The driver opens the checkpoint and the assembling actor (indexing/assemble.py) carries
@@ -61,6 +61,7 @@ class BuildRecord:
     llm_calls: dict[str, dict[str, int]] = field(default_factory=dict)  # stage -> role -> calls it made
     generation: int | None = None  # the version the vector collections below are named after
     collections: dict[str, str] = field(default_factory=dict)  # kind -> collection created, filled and sealed
+    created: dict[str, str] = field(default_factory=dict)  # kind -> collection created (filled or not)
     format: int = FORMAT
 
     def to_json(self) -> bytes:
@@ -172,10 +173,25 @@ class Checkpoint:
         """The collections fully written for `generation`; a record for another generation is reset (its
         collections are garbage collected as those of a build that never published)."""
         with _RECORD_LOCK:
-            if self.record.generation != generation:
-                self.record.generation, self.record.collections = generation, {}
-                self._save()
+            self._for(generation)
             return dict(self.record.collections)
+
+    def partial_collections(self, generation: int) -> dict[str, str]:
+        """The collections an earlier run created for `generation` but did not seal (it was cut off while it
+        filled them, or while the server indexed them): a resumed writer continues them."""
+        with _RECORD_LOCK:
+            self._for(generation)
+            return {k: n for k, n in self.record.created.items() if self.record.collections.get(k) != n}
+
+    def _for(self, generation: int) -> None:
+        if self.record.generation != generation:
+            self.record.generation, self.record.collections, self.record.created = generation, {}, {}
+            self._save()
+
+    def collection_created(self, kind: str, name: str) -> None:
+        with _RECORD_LOCK:
+            self.record.created[kind] = name
+            self._save()
 
     def collection_written(self, kind: str, name: str) -> None:
         with _RECORD_LOCK:

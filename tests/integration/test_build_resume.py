@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from hygraph.backends.vectorstore import connect
@@ -16,6 +17,7 @@ from hygraph.config import load_config
 from hygraph.data import DEMO_DIR
 from hygraph.engine import QueryEngine
 from hygraph.pipeline import QueryPipeline, QueryRequest
+from hygraph.store import lease
 from hygraph.store.versions import IndexStore
 from tests.integration.conftest import HYGRAPH, build_record, cli_env, copy_index, last_json, run_cli
 
@@ -64,6 +66,40 @@ def _killed_when(args: list[str], index_dir: Path, ready, log: Path) -> dict:
             proc.wait(60)
     return build_record(index_dir)
 
+def _partial(record: dict) -> set[str]:
+    """The kinds whose collections a build created and did not seal."""
+    return {k for k, n in record.get("created", {}).items() if record.get("collections", {}).get(k) != n}
+
+
+def _once_the_writer_is_gone(index_dir: Path) -> dict:
+    """The checkpoint record once the process that held the index's writer lease has ended."""
+    _, holder = lease.newest(IndexStore(index_dir).objects)
+    pid = int(holder.holder.split(":")[1]) if holder is not None else None
+    deadline = time.monotonic() + 120
+    while pid is not None and psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"the killed build's writer (pid {pid}) still runs"
+        time.sleep(0.1)
+    return build_record(index_dir)
+
+
+def _ids_per_collection(index_dir: Path, collections: dict[str, str]) -> dict[str, list[str]]:
+    """Every row's id, per kind, as stored (a strongly consistent read)."""
+    vs = connect(load_config(None).vector_store, index_dir)
+    out: dict[str, list[str]] = {}
+    try:
+        for kind, name in collections.items():
+            vs.open(name)
+            rows = vs.client.query_iterator(name, batch_size=1000, output_fields=["item_id"],
+                                            consistency_level="Strong")
+            out[kind] = []
+            while batch := rows.next():
+                out[kind].extend(r["item_id"] for r in batch)
+            rows.close()
+    finally:
+        vs.close()
+    return out
+
+
 @pytest.mark.timeout(1500)  # a build (the shared reference), a killed one and its resumed rerun
 def test_a_killed_build_resumes_to_the_same_version(demo_build, questions, tmp_path):
     # The uninterrupted build (the session's, shared with test_multinode_build), and a copy of it to rebuild.
@@ -76,20 +112,27 @@ def test_a_killed_build_resumes_to_the_same_version(demo_build, questions, tmp_p
     args = ["index", "--corpus", str(corpus), "--index-dir", str(index_dir)]
 
     # Killed while its collections are written, after every stage was checkpointed (the stages' own resume,
-    # stage by stage, is in tests/unit/test_build_checkpoint.py; a second kill here cost over a minute).
-    # A collection is recorded as soon as it is sealed, which may come before the last stage: both are waited for.
-    rec = _killed_when(args, index_dir, lambda r: CHECKPOINTED <= set(r.get("done", [])) and bool(r.get("collections")),
-                       tmp_path / "kill.log")
+    # stage by stage, is in tests/unit/test_build_checkpoint.py; a second kill here cost over a minute): once
+    # one collection is sealed and another created but not yet sealed. A collection is recorded as soon as it
+    # is sealed, which may come before the last stage: both are waited for.
+    rec = _killed_when(args, index_dir, lambda r: CHECKPOINTED <= set(r.get("done", [])) and bool(r.get("collections"))
+                       and bool(_partial(r)), tmp_path / "kill.log")
     assert rec["generation"] == 2 and "hyperbolic" in rec["done"]
     assert list((index_dir / "builds").glob("*/ingest/shard-*.arrow"))
+    # The killed build's writer (its assembling actor) may seal more in the moment before Ray ends it: what the
+    # rerun finds is the record once that process is gone.
+    rec = _once_the_writer_is_gone(index_dir)
+    partial = _partial(rec)
 
-    again = last_json(run_cli(*args))
+    rerun = run_cli(*args)
+    again = last_json(rerun)
     stats = again["stats"]
     assert again["resumed_stages"] == stats["resumed_stages"] == [
         "chunk+embed+extract", "cleora", "embed entities, relations, hyperedges", "hierarchy", "hyperbolic", "lexical"]
-    # Every collection recorded at the kill is kept (the killed build's actor may have finished more in the
-    # second before Ray ended it: they were recorded whole, and are kept too).
-    assert set(rec["collections"]) <= set(stats["collections_kept"])
+    # Every collection sealed is kept; every one created and cut off is continued with the rows it lacked.
+    assert set(rec["collections"]) == set(stats["collections_kept"])
+    assert partial and set(stats["collections_continued"]) == partial, (partial, stats["collections_continued"])
+    assert "collections continued from the checkpoint" in rerun.stderr
     assert again["version"] == 2
     for key in ("documents", "chunks", "entities", "relations", "hyperedges", "summaries", "layers"):
         assert again[key] == first[key], key
@@ -118,3 +161,10 @@ def test_a_killed_build_resumes_to_the_same_version(demo_build, questions, tmp_p
         vs.close()
     assert present == named and set(store.manifest(2).collections.values()) <= named
     assert store.objects.list("collections/") == []
+    # Each collection of the resumed version holds each of its rows once (the continued ones too: Milvus keeps
+    # a row inserted twice twice), as many as the uninterrupted build's.
+    held = _ids_per_collection(index_dir, store.manifest(2).collections)
+    assert all(len(ids) == len(set(ids)) for ids in held.values()), {k: len(v) for k, v in held.items()}
+    for kind in ("chunks", "entities", "relations", "hyperedges"):
+        assert len(held[kind]) == first[kind], kind
+    assert len(held["hyperbolic"]) == first["chunks"] and len(held["summaries"]) == first["summaries"]

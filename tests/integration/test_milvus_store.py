@@ -178,6 +178,46 @@ def test_a_bulk_fill_reads_back_exactly_and_takes_upserts_after(store):
     store.drop(name)
 
 
+def _count(store, name: str) -> int:
+    return store.client.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong")[0]["count(*)"]
+
+
+@pytest.mark.parametrize("cut", ["while filling", "while indexing"])
+def test_a_partly_written_collection_is_reopened_and_continued_with_each_row_once(store, index_dir, cut):
+    """What a resumed build finds of a collection its killed writer created: the ids it holds (inserts the
+    server accepted, in whatever order the concurrent batches landed), so it sends only the others; Milvus
+    would store a row inserted twice twice."""
+    name = f"cut_{cut.split()[1]}_hyperbolic"
+    rng = np.random.default_rng(7)
+    ids = [f"p-{i}" for i in range(40)] + HOSTILE[:3]
+    vecs, layers = _unit(rng, len(ids), dim=16), [i % 2 for i in range(len(ids))]
+    store.create(name, 16, "L2")
+    sent = list(range(0, len(ids), 3)) if cut == "while filling" else list(range(len(ids)))
+    store.fill(name, [ids[i] for i in sent], vecs[sent], version=1, layers=[layers[i] for i in sent])
+    if cut == "while indexing":
+        store._call("flush", store.client.flush, name)
+        store._index(name)  # the seal was cut off after it asked for the index
+    resumed = connect(VectorStoreConfig(insert_batch=5), index_dir)  # a new process's client
+    try:
+        assert resumed.reopen(name, 8, "L2") is None  # not what `create(name, 8, ...)` makes
+        assert resumed.reopen("no_such_chunks", 16, "L2") is None
+        held = resumed.reopen(name, 16, "L2")
+        assert held == {ids[i] for i in sent}
+        lacking = [i for i, x in enumerate(ids) if x not in held]
+        if lacking:
+            resumed.fill(name, [ids[i] for i in lacking], vecs[lacking], version=1,
+                         layers=[layers[i] for i in lacking])
+        resumed.seal(name)
+        assert _count(resumed, name) == len(ids)
+        assert np.array_equal(resumed.fetch(name, ids), vecs)
+        [hits] = resumed.search(name, vecs[5:6], 3)
+        assert hits[0].id == ids[5] and hits[0].score == pytest.approx(0.0, abs=1e-4)  # the metric kept: L2
+        assert resumed.reopen(name, 16, "IP") is None  # indexed with another metric: not this collection
+    finally:
+        resumed.drop(name)
+        resumed.close()
+
+
 KILLED_BUILD = """
 import json, os, signal, sys
 import numpy as np

@@ -354,3 +354,81 @@ def _quiet():
     stages = Stages()
     stages.emit = lambda _: None
     return stages
+
+
+class _Rows:
+    """A vector store that keeps what it was sent across writers and, like Milvus, stores a row twice when it is
+    inserted twice; `tells`: whether `reopen` can say which ids a collection holds."""
+
+    def __init__(self, tells: bool = True) -> None:
+        self.rows: dict[str, list[str]] = {}
+        self.sealed: set[str] = set()
+        self.tells, self.cut_after = tells, None  # cut_after: rows a fill sends before the writer is cut off
+
+    def create(self, name: str, dim: int, metric: str) -> None:
+        self.rows[name] = []
+        self.sealed.discard(name)
+
+    def fill(self, name: str, ids, vectors, version: int, layers=None) -> None:
+        self.rows[name].extend(ids[:self.cut_after])
+        if self.cut_after is not None:
+            raise StoreError("killed")
+
+    def seal(self, name: str) -> None:
+        self.sealed.add(name)
+
+    def reopen(self, name: str, dim: int, metric: str) -> set[str] | None:
+        return set(self.rows[name]) if self.tells and name in self.rows else None
+
+    def exists(self, name: str) -> bool:
+        return name in self.rows
+
+
+def _cut_off_write(tmp_path, vs: _Rows, ids: list[str]) -> tuple[IndexStore, int, str]:
+    """A build whose chunks collection is cut off after 3 rows: what its checkpoint and the store hold then."""
+    store = IndexStore(tmp_path, create=True)
+    ck = Checkpoint(tmp_path, "fp")
+    vs.cut_after = 3
+    with store.begin(prefer=ck.record.generation) as w:
+        gen = w.version
+        writer = CollectionWriter(vs, store, gen, kept=ck.kept_collections(gen), on_written=ck.collection_written,
+                                  partial=ck.partial_collections(gen), on_created=ck.collection_created)
+        writer.add("chunks", ids, np.ones((len(ids), 2), np.float32))
+        with pytest.raises(StoreError, match="killed"):
+            writer.finish()
+    name = store.collection(gen, "chunks")
+    assert ck.record.created == {"chunks": name} and ck.record.collections == {}
+    vs.cut_after = None
+    return store, gen, name
+
+
+def _rerun(tmp_path, store: IndexStore, vs: _Rows, gen: int, ids: list[str]) -> tuple[Checkpoint, CollectionWriter]:
+    ck = Checkpoint(tmp_path, "fp")
+    with store.begin(prefer=ck.record.generation) as w:
+        assert w.version == gen
+        writer = CollectionWriter(vs, store, gen, kept=ck.kept_collections(gen), on_written=ck.collection_written,
+                                  partial=ck.partial_collections(gen), on_created=ck.collection_created)
+        writer.add("chunks", ids, np.ones((len(ids), 2), np.float32))
+        writer.finish()
+    return ck, writer
+
+
+def test_a_collection_cut_off_mid_write_is_continued_with_the_rows_it_lacks(tmp_path):
+    vs, ids = _Rows(), [f"c{i}" for i in range(10)]
+    store, gen, name = _cut_off_write(tmp_path, vs, ids)
+    ck, writer = _rerun(tmp_path, store, vs, gen, ids)
+    assert writer.continued == {"chunks": 3} and writer.vectors_written == 7 and writer.kept == []
+    assert sorted(vs.rows[name]) == ids and name in vs.sealed  # every row once
+    assert ck.record.collections == {"chunks": name} and ck.partial_collections(gen) == {}
+    assert ck.kept_collections(gen + 1) == {} and ck.record.created == {}  # another generation: nothing continued
+
+
+@pytest.mark.parametrize("why", ["cannot tell", "holds another row"])
+def test_a_cut_off_collection_the_store_cannot_vouch_for_is_written_again(tmp_path, why):
+    vs, ids = _Rows(tells=why != "cannot tell"), [f"c{i}" for i in range(10)]
+    store, gen, name = _cut_off_write(tmp_path, vs, ids)
+    if why == "holds another row":
+        vs.rows[name].append("not-this-build's")
+    _, writer = _rerun(tmp_path, store, vs, gen, ids)
+    assert writer.continued == {} and writer.vectors_written == 10
+    assert sorted(vs.rows[name]) == ids and name in vs.sealed

@@ -43,6 +43,12 @@ class VectorStore(Protocol):
         """Flush, build the vector index and load it for search."""
         ...
 
+    def reopen(self, name: str, dim: int, metric: Metric) -> set[str] | None:
+        """The ids held by a collection that `create(name, dim, metric)` made and a writer that was cut off
+        partly filled, for `fill` to add only the others before `seal`; None where the store cannot tell
+        (or it is not such a collection): then it is created and written again."""
+        ...
+
     def open(self, name: str) -> None:
         """Make an existing collection searchable in this process (load it after a server restart)."""
         ...

@@ -123,6 +123,9 @@ class FaissStore:
         (path / "meta.json").write_text(json.dumps({"metric": col["metric"], "dim": col["dim"]}))
         col["stamp"] = self._stamp(name)
 
+    def reopen(self, name: str, dim: int, metric: Metric) -> set[str] | None:
+        return None  # rows reach the disk only at `seal`: no collection is ever left partly written
+
     def _index(self, col: dict):  # noqa: ANN202 - faiss types are untyped
         if col["index"] is None:
             import faiss

@@ -31,6 +31,9 @@ from hygraph.errors import StoreError, StoreUnavailable
 ID_MAX_BYTES = 65535
 # Keys per `pk in [...]` get or delete, comfortably under Milvus's query result and message limits.
 KEY_BATCH = 1000
+# Rows per page where a resumed build lists the ids of a partly written collection (`reopen`); Milvus's
+# largest query page.
+QUERY_BATCH = 16384
 # Reads see every write older than Milvus's graceful time (5 s) without waiting in the normal case;
 # `persist` (after writes) and `open` (after a load) wait for a strongly consistent read, so what
 # was written before them is visible to every process at once. ("Session" would not do: a reader
@@ -231,17 +234,55 @@ class MilvusStore:
 
     def seal(self, name: str) -> None:
         self._call("flush", self.client.flush, name)
-        if not self._call("list_indexes", self.client.list_indexes, name, field_name="vec"):
-            metric = self._metrics.get(name) or self._describe_metric(name)
-            params = self.client.prepare_index_params()
-            if self.cfg.index_type == "HNSW":
-                params.add_index(field_name="vec", index_type="HNSW", metric_type=metric,
-                                 params={"M": self.cfg.hnsw_m, "efConstruction": self.cfg.hnsw_ef_construction})
-            else:
-                params.add_index(field_name="vec", index_type=self.cfg.index_type, metric_type=metric,
-                                 params={"nlist": 128} if self.cfg.index_type == "IVF_FLAT" else {})
-            self._call("create_index", self.client.create_index, name, params)
+        self._index(name)
         self.open(name)
+
+    def _index(self, name: str) -> None:
+        """Create the vector index unless it exists (the server builds it per flushed segment, once each)."""
+        if self._call("list_indexes", self.client.list_indexes, name, field_name="vec"):
+            return
+        metric = self._metrics.get(name) or self._describe_metric(name)
+        params = self.client.prepare_index_params()
+        if self.cfg.index_type == "HNSW":
+            params.add_index(field_name="vec", index_type="HNSW", metric_type=metric,
+                             params={"M": self.cfg.hnsw_m, "efConstruction": self.cfg.hnsw_ef_construction})
+        else:
+            params.add_index(field_name="vec", index_type=self.cfg.index_type, metric_type=metric,
+                             params={"nlist": 128} if self.cfg.index_type == "IVF_FLAT" else {})
+        self._call("create_index", self.client.create_index, name, params)
+
+    def reopen(self, name: str, dim: int, metric: Metric) -> set[str] | None:
+        """The ids a collection holds that `create` made and a killed writer partly filled, so that a resumed
+        build `fill`s only the rest; None where it is not the collection `create(name, dim, metric)` makes.
+
+        A query needs the collection loaded, and loading needs its index: what the writer had flushed is
+        indexed now, once, as `seal` would have, and the rows `fill` adds later are indexed as their own
+        segments are flushed. The read is strongly consistent: it sees every insert the server accepted
+        before it, those of the killed writer's last requests too (a request it accepted is applied whole)."""
+        if not self.exists(name):
+            return None
+        info = self._call("describe_collection", self.client.describe_collection, name)
+        fields = {f.get("name"): f for f in info.get("fields", [])}
+        vec = fields.get("vec", {})
+        if not (fields.get("pk", {}).get("is_primary") and "item_id" in fields
+                and int(vec.get("params", {}).get("dim", -1)) == dim):
+            return None
+        if self._call("list_indexes", self.client.list_indexes, name, field_name="vec") and \
+                self._describe_metric(name) != metric:
+            return None
+        self._metrics[name] = metric
+        self._call("flush", self.client.flush, name)
+        self._index(name)
+        self.open(name)
+        found: set[str] = set()
+        rows = self._call("query_iterator", self.client.query_iterator, name, batch_size=QUERY_BATCH,
+                          output_fields=["item_id"], consistency_level="Strong")
+        try:
+            while batch := self._call("query_iterator", rows.next):
+                found.update(str(r["item_id"]) for r in batch)
+        finally:
+            rows.close()
+        return found
 
     def open(self, name: str) -> None:
         """Load `name` for search; a collection this client loaded before costs one state query while the

@@ -112,18 +112,25 @@ class CollectionWriter:
 
     A resumed build passes the collections an earlier run of it fully wrote (`kept`, kind -> name): those
     that still exist are kept; `on_written(kind, name)` is told of each collection once it is sealed, by the
-    thread that wrote it."""
+    thread that wrote it. It also passes those the earlier run created but did not seal (`partial`; each is
+    told to `on_created` once created): each is continued with the rows it lacks where the store can tell
+    which it holds (`VectorStore.reopen`), and created again where not. A row is never inserted twice: the
+    store does not replace a row of the same key on insert."""
 
     def __init__(self, vs: VectorStore, store: IndexStore, generation: int, kept: dict[str, str] | None = None,
-                 on_written: Callable[[str, str], None] = lambda kind, name: None, keep_empty: bool = False) -> None:
+                 on_written: Callable[[str, str], None] = lambda kind, name: None, keep_empty: bool = False,
+                 partial: dict[str, str] | None = None,
+                 on_created: Callable[[str, str], None] = lambda kind, name: None) -> None:
         self.vs, self.store, self.generation = vs, store, generation
         self.keep_empty = keep_empty  # an empty index still gets every collection, for inserts to fill
         self.collections: dict[str, str] = {}
         self.kept: list[str] = []  # kinds kept from an earlier run
-        self.vectors_written = 0
+        self.continued: dict[str, int] = {}  # kinds continued from an earlier run's partial write: rows it had
         self.seconds = 0.0  # from the first collection started to the last one sealed
         self._from_before = dict(kept or {})
-        self._on_written = on_written
+        self._partial = dict(partial or {})
+        self._written: dict[str, int] = {}  # rows each kind's write sends (set by its own thread once continued)
+        self._on_written, self._on_created = on_written, on_created
         self._pool = ThreadPoolExecutor(max_workers=len(KINDS), thread_name_prefix="collection")
         self._running: list[Future[None]] = []
         self._started: float | None = None
@@ -142,10 +149,15 @@ class CollectionWriter:
         if self._from_before.get(kind) == name and self.vs.exists(name):
             self.kept.append(kind)
             return
-        self.vectors_written += len(ids)
+        self._written[kind] = len(ids)
         # Handed over in a list the write empties: a submitted call's arguments live until it returns, and
         # the rows are not needed through the seal (the server's index build, minutes at 10^5 vectors).
-        self._running.append(self._pool.submit(self._write_one, kind, name, [(ids, vectors)], metric, layers))
+        self._running.append(self._pool.submit(self._write_one, kind, name, [(ids, vectors)], metric, layers,
+                                               self._partial.get(kind) == name))
+
+    @property
+    def vectors_written(self) -> int:
+        return sum(self._written.values())
 
     def finish(self) -> None:
         """Wait until every collection added is written and sealed; the first failure is raised."""
@@ -159,9 +171,19 @@ class CollectionWriter:
                 self.seconds = time.perf_counter() - self._started
 
     def _write_one(self, kind: str, name: str, rows: list[tuple[list[str], np.ndarray]], metric: str,
-                   layers: list[int] | None) -> None:
+                   layers: list[int] | None, partial: bool) -> None:
         ids, vectors = rows.pop()
-        self.vs.create(name, int(vectors.shape[1]), metric)  # type: ignore[arg-type]
+        held = self.vs.reopen(name, int(vectors.shape[1]), metric) if partial else None  # type: ignore[arg-type]
+        if held is not None and held <= set(ids):
+            # Continued: only the rows it lacks are sent (inserting one it holds would store it twice).
+            lacking = [i for i, x in enumerate(ids) if x not in held]
+            if len(lacking) < len(ids):  # else the rows as they are, not a copy of the whole kind
+                ids, vectors = [ids[i] for i in lacking], vectors[lacking]
+                layers = None if layers is None else [layers[i] for i in lacking]
+            self.continued[kind], self._written[kind] = len(held), len(ids)
+        else:
+            self.vs.create(name, int(vectors.shape[1]), metric)  # type: ignore[arg-type]
+            self._on_created(kind, name)
         if ids:
             self.vs.fill(name, ids, vectors, self.generation, layers)
         del ids, vectors  # this write's last reference to them, where the build dropped its own
