@@ -213,7 +213,8 @@ def kill_and_resume(cluster: RayCluster, corpus: Path, index_dir: Path, env: dic
             "uninterrupted_s": base,
             "repeated_work": round((killed["killed_after_s"] + resumed["wall_s"] - base) / base, 3),
             "stages_kept": kept, "seconds_of_kept_stages": resumed["stats"]["seconds_of_resumed_stages"],
-            "collections_kept": resumed["stats"]["collections_kept"], "ingest_kept": ingest_kept,
+            "collections_kept": resumed["stats"]["collections_kept"],
+            "collections_continued": resumed["stats"].get("collections_continued", {}), "ingest_kept": ingest_kept,
             "stages_redone_s": redone, "vectors_written": resumed["stats"]["vectors_written"],
             "driver_peak_rss_bytes": resumed["stats"]["driver_peak_rss_bytes"],
             "worker_peak_rss_bytes": resumed["stats"]["worker_peak_rss_bytes"],
@@ -451,6 +452,8 @@ def kill_resume_markdown(rows: list[dict[str, Any]]) -> list[str]:
                                                   for s in k["stages_kept"]) or "-" for k in ks])
     line("kept: ingest", ["; ".join(k["ingest_kept"]) or "-" for k in ks])
     line("kept: collections", [", ".join(k["collections_kept"]) or "-" for k in ks])
+    line("continued: collections cut off mid-write (rows they held)",
+         [", ".join(f"{c} ({n:,})" for c, n in k.get("collections_continued", {}).items()) or "-" for k in ks])
     line("run again by the resumed run (not checkpointed, or not kept): stage s",
          [", ".join(f"{s} {t:.1f}" for s, t in k["stages_redone_s"].items()) for k in ks])
     line("vectors written by the resumed run", [f"{k['vectors_written']:,}" for k in ks])
