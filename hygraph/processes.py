@@ -29,6 +29,10 @@ def pid_space() -> str:
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         namespace = os.readlink("/proc/self/ns/pid")
+        # A /proc mounted for another pid namespace (`unshare --pid` without a new /proc) shows that namespace's
+        # pids: `stat` would read another process's start time, so nothing here can be told for certain.
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return ""
     except OSError:
         return ""
     return hashlib.blake2b(f"{boot}/{namespace}".encode(), digest_size=6).hexdigest()

@@ -140,3 +140,17 @@ def test_a_holder_names_its_process():
     host, pid, nonce, space, started = lease._holder().split(":")
     assert (host, int(pid), space) == (socket.gethostname(), os.getpid(), pid_space())
     assert int(started) == stat(os.getpid())[1] and len(nonce) == 8  # type: ignore[index]
+
+
+def test_a_proc_of_another_pid_namespace_tells_nothing(objects, monkeypatch):
+    """Where /proc shows another namespace's pids (its /proc/self is not this process's pid), the start time read
+    there could be another process's: no holder counts as dead, so its term is waited for."""
+    pid, started = _dead_pid()
+    _put(objects, _holder(pid, started), term_s=60.0)
+    real = os.getpid()
+    from hygraph import processes
+
+    monkeypatch.setattr(processes.os, "getpid", lambda: real + 1)
+    assert pid_space() == ""
+    with pytest.raises(LeaseHeld):
+        WriterLease(objects, term_s=5.0).acquire(lambda previous: 5, wait_s=0.0)
