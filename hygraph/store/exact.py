@@ -11,6 +11,7 @@ dropping as another version's.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Container, Sequence
 
@@ -24,6 +25,9 @@ from hygraph.store.versions import Version
 # 10k x 384 float32 cost 3.3 ms of CPU that way against 0.4 ms in 1,024-row products that stay on one
 # thread (AMD EPYC, 2 cores, OpenBLAS 0.3.31). The rows are scored in blocks of about this many elements.
 BLOCK_ELEMENTS = 393_216
+# A product of several queries (a matrix-matrix product) goes multi-threaded in OpenBLAS once rows x queries x dim
+# exceeds 65,536 x 4 (SMP_THRESHOLD_MIN x GEMM_MULTITHREAD_THRESHOLD, interface/gemm.c): blocks stay under it.
+GEMM_BLOCK_PRODUCTS = 262_144
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,32 @@ class _Part:
     layers: np.ndarray | None  # int64 per row (summaries); None for kinds without layers
 
 
+@dataclass
+class _Wanted:
+    """One query row of a search, waiting for the scan that answers it."""
+
+    q: np.ndarray
+    k: int
+    layer: int | None
+    found: list[tuple[str, float]] | None = None
+    error: BaseException | None = None
+
+
 class ExactVectors:
-    """Exact top-k by inner product over one collection's vectors as one version holds them."""
+    """Exact top-k by inner product over one collection's vectors as one version holds them.
+
+    A scan reads every row of the collection, so its cost is the memory it streams (a 20k x 384 collection is
+    30 MB, past the cache), not the arithmetic. The queries that threads of one process ask at the same time
+    (a replica's concurrent requests) are answered by one scan: the thread that finds no scan running takes
+    every query waiting, its own included, and scores them in one matrix-matrix product while the threads
+    that ask meanwhile wait for it and go in the next scan. A lone query is scanned at once, as before.
+    """
 
     def __init__(self, parts: list[_Part]) -> None:
         self.parts = parts
+        self._turn = threading.Condition()
+        self._waiting: list[_Wanted] = []
+        self._scanning = False
 
     @classmethod
     def mapped(cls, table: Table[Any], layered: bool = False) -> "ExactVectors":
@@ -79,23 +104,51 @@ class ExactVectors:
         """Per query row, the k live rows (of `layer` only, when given) with the largest inner product, best
         first, as (id, score)."""
         queries = np.asarray(queries, dtype=np.float32)
-        return [self._one(q, k, layer) for q in queries]
+        if k <= 0 or not len(queries):
+            return [[] for _ in queries]
+        mine = [_Wanted(q, k, layer) for q in queries]
+        with self._turn:
+            self._waiting += mine
+            while any(w.found is None and w.error is None for w in mine):
+                if self._scanning:
+                    self._turn.wait()
+                    continue
+                batch, self._waiting, self._scanning = self._waiting, [], True
+                self._turn.release()
+                try:
+                    self._scan(batch)
+                finally:
+                    self._turn.acquire()
+                    self._scanning = False
+                    self._turn.notify_all()
+        for w in mine:
+            if w.error is not None:
+                raise w.error
+        return [w.found or [] for w in mine]
 
-    def _one(self, q: np.ndarray, k: int, layer: int | None) -> list[tuple[str, float]]:
-        found: list[tuple[float, int, int]] = []  # (score, part, row)
-        if k <= 0:
-            return []
-        for p, part in enumerate(self.parts):
-            scores = scores_of(part.matrix, q)
-            allowed = part.live
-            if layer is not None and part.layers is not None:
-                at_layer = part.layers == layer
-                allowed = at_layer if allowed is None else allowed & at_layer
-            rows = top_rows(scores, k, allowed)
-            found += zip(scores[rows].tolist(), [p] * len(rows), rows.tolist())
-        if len(self.parts) > 1:  # one part's rows come best first already (`top_rows`)
-            found.sort(key=lambda hit: -hit[0])
-        return [(self.parts[p].ids[row], score) for score, p, row in found[:k]]
+    def _scan(self, batch: list[_Wanted]) -> None:
+        """Answer every query of `batch` (or give each the error) from one pass over the rows."""
+        try:
+            found: list[list[tuple[float, int, int]]] = [[] for _ in batch]  # per query: (score, part, row)
+            matrix = np.stack([w.q for w in batch]) if len(batch) > 1 else None
+            for p, part in enumerate(self.parts):
+                scores = scores_of(part.matrix, batch[0].q)[None, :] if matrix is None \
+                    else scores_of_many(part.matrix, matrix)
+                for w, row_scores, out in zip(batch, scores, found):
+                    allowed = part.live
+                    if w.layer is not None and part.layers is not None:
+                        at_layer = part.layers == w.layer
+                        allowed = at_layer if allowed is None else allowed & at_layer
+                    rows = top_rows(row_scores, w.k, allowed)
+                    out += zip(row_scores[rows].tolist(), [p] * len(rows), rows.tolist())
+            for w, hits in zip(batch, found):
+                if len(self.parts) > 1:  # one part's rows come best first already (`top_rows`)
+                    hits.sort(key=lambda hit: -hit[0])
+                w.found = [(self.parts[p].ids[row], score) for score, p, row in hits[:w.k]]
+        except BaseException as exc:  # every waiting query gets it, and the one that scanned raises it too
+            for w in batch:
+                w.error = exc
+            raise
 
 
 def scores_of(matrix: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -107,6 +160,17 @@ def scores_of(matrix: np.ndarray, q: np.ndarray) -> np.ndarray:
     for start in range(0, len(matrix), block):
         np.matmul(matrix[start:start + block], q, out=out[start:start + block])
     return out
+
+
+def scores_of_many(matrix: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """queries @ matrix.T, (queries, rows), in blocks of rows that OpenBLAS computes on one thread
+    (`GEMM_BLOCK_PRODUCTS`)."""
+    block = max(1, GEMM_BLOCK_PRODUCTS // max(1, matrix.shape[1] * len(queries)))
+    out = np.empty((len(matrix), len(queries)), np.float32)
+    qt = np.ascontiguousarray(queries.T)
+    for start in range(0, len(matrix), block):
+        np.matmul(matrix[start:start + block], qt, out=out[start:start + block])
+    return np.ascontiguousarray(out.T)
 
 
 def top_rows(scores: np.ndarray, k: int, allowed: np.ndarray | None = None) -> np.ndarray:

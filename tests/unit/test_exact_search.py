@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
@@ -163,3 +164,63 @@ def test_a_newer_version_reads_only_the_rows_the_served_one_did_not_hold(tmp_pat
     VersionReader._exact(reader, v, {"relations": "col2_relations"}, served)
     assert asked == [["r1", "r3"]]
 
+
+
+def test_queries_asked_together_are_answered_by_one_scan_as_each_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads that ask while a scan runs wait and go in one product of all their queries; each gets what it
+    would have got alone (the same rows in the same order; layers and k per query)."""
+    rng = np.random.default_rng(1)
+    matrix = rng.standard_normal((300, 8)).astype(np.float32)
+    layers = np.arange(300) % 3
+    searched = ExactVectors([exact._Part(matrix[:200], [f"a{i}" for i in range(200)], None, layers[:200]),
+                             exact._Part(matrix[200:], [f"b{i}" for i in range(100)], np.arange(100) % 2 == 0,
+                                         layers[200:])])
+    asks = [(rng.standard_normal((1 + i % 2, 8)).astype(np.float32), 3 + i, None if i % 3 else i % 3)
+            for i in range(7)]
+    alone = [searched.search(q, k, layer) for q, k, layer in asks]
+
+    first_scan, queued = threading.Event(), threading.Event()
+    products: list[int] = []
+    real_one, real_many = exact.scores_of, exact.scores_of_many
+
+    def slow_first(m: np.ndarray, q: np.ndarray) -> np.ndarray:
+        if not first_scan.is_set():  # the first scan waits until every other thread has queued its queries
+            first_scan.set()
+            assert queued.wait(10)
+        return real_one(m, q)
+
+    def counted(m: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        products.append(len(queries))
+        return real_many(m, queries)
+
+    monkeypatch.setattr(exact, "scores_of", slow_first)
+    monkeypatch.setattr(exact, "scores_of_many", counted)
+    lone = np.ones((1, 8), np.float32)
+    with ThreadPoolExecutor(len(asks) + 1) as pool:
+        leader = pool.submit(searched.search, lone, 2)
+        assert first_scan.wait(10)
+        together = [pool.submit(searched.search, q, k, layer) for q, k, layer in asks]
+        while len(searched._waiting) < sum(len(q) for q, _, _ in asks):
+            threading.Event().wait(0.01)
+        queued.set()
+        got = [f.result(10) for f in together]
+        assert leader.result(10) == ExactVectors(searched.parts).search(lone, 2)
+    assert products == [sum(len(q) for q, _, _ in asks)] * 2  # one product per part for all 10 queries
+    assert [[[i for i, _ in hits] for hits in g] for g in got] == [[[i for i, _ in hits] for hits in a] for a in alone]
+    for g, a in zip(got, alone):
+        for hits, lone_hits in zip(g, a):
+            np.testing.assert_allclose([s for _, s in hits], [s for _, s in lone_hits], rtol=1e-5)
+
+
+def test_a_failed_scan_fails_every_query_it_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    searched = ExactVectors.of(["r1", "r2"], np.array([[1.0, 0.0], [0.0, 1.0]], np.float32))
+
+    def broken(m: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        raise MemoryError("no room for the scores")
+
+    monkeypatch.setattr(exact, "scores_of_many", broken)
+    with pytest.raises(MemoryError):
+        searched.search(np.eye(2, dtype=np.float32), 1)
+    # The next scan is not held up by the failed one.
+    monkeypatch.undo()
+    assert searched.search(np.eye(2, dtype=np.float32), 1) == [[("r1", 1.0)], [("r2", 1.0)]]
