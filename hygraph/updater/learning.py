@@ -48,15 +48,14 @@ class HyperbolicLearning:
             self.learner.pending.clear()
             return []
         points = Points(self.publisher, live)
-        vectors = self.publisher.vectors
         seconds = []
         while self.learner.pending and len(seconds) < max_steps:
             t0 = time.perf_counter()
             ids, vecs = self.learner.step(points)
             seconds.append(time.perf_counter() - t0)
             if ids:
-                vectors.upsert(points.name, ids, vecs, live.version.version)
-        vectors.persist(points.name)
+                points.write(ids, vecs)
+        points.persist()
         return seconds
 
     def request_recalibration(self) -> None:

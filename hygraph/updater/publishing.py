@@ -181,11 +181,30 @@ class Points:
         info = live.version.manifest.hyperbolic
         self.M = info.M if info is not None else 0.0
         self.name = live.version.manifest.collections.get("hyperbolic", "")
+        # The storage vectors this updater wrote and has not yet made visible (`persist`): a read of the
+        # collection (bounded consistency) answers their older rows, and a step that starts from those
+        # would undo the moves of the step before it.
+        self._written: dict[str, np.ndarray] = {}
 
     def points(self, chunk_ids: Sequence[str]) -> np.ndarray:
         if not chunk_ids:
             return np.zeros((0, 0))
-        return from_storage(self.publisher.vectors.fetch(self.name, list(chunk_ids)))
+        unwritten = [c for c in chunk_ids if c not in self._written]
+        if len(unwritten) == len(chunk_ids):
+            return from_storage(self.publisher.vectors.fetch(self.name, list(chunk_ids)))
+        read = iter(self.publisher.vectors.fetch(self.name, unwritten)) if unwritten else iter(())
+        return from_storage(np.asarray([self._written[c] if c in self._written else next(read) for c in chunk_ids],
+                                       dtype=np.float32))
+
+    def write(self, chunk_ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Upsert moved points' storage vectors; the next `points` read answers them."""
+        self.publisher.vectors.upsert(self.name, chunk_ids, vectors, self.live.version.version)
+        self._written.update(zip(chunk_ids, np.asarray(vectors, dtype=np.float32)))
+
+    def persist(self) -> None:
+        """Make the written points visible to every reader of the collection."""
+        self.publisher.vectors.persist(self.name)
+        self._written.clear()
 
     def everything(self) -> tuple[list[str], np.ndarray]:
         ids = self.live.terms.live()

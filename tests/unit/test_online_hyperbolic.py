@@ -144,3 +144,58 @@ def test_install_maps_by_id_keeps_newer_chunks_and_recomputes_the_bound() -> Non
     np.testing.assert_allclose(installed[-1], newcomer, atol=1e-6)
     assert m == pytest.approx(norm_bound(lorentz_lift(np.vstack([points[1:], newcomer]))))
     np.testing.assert_allclose(np.linalg.norm(storage.astype(np.float64), axis=1), m, rtol=1e-5)
+
+
+class BoundedStore:
+    """A vector store whose reads answer the rows as of the last `persist` (Milvus's bounded consistency: a
+    read right after an upsert answers the older row)."""
+
+    def __init__(self, rows: dict[str, np.ndarray]) -> None:
+        self.visible, self.unpersisted = dict(rows), {}
+        self.fetched: list[list[str]] = []
+
+    def fetch(self, name: str, ids) -> np.ndarray:
+        self.fetched.append(list(ids))
+        return np.array([self.visible[i] for i in ids], np.float32)
+
+    def upsert(self, name: str, ids, vectors, version: int) -> None:
+        self.unpersisted.update(zip(ids, np.asarray(vectors, np.float32)))
+
+    def persist(self, *names: str) -> None:
+        self.visible.update(self.unpersisted)
+        self.unpersisted.clear()
+
+
+def test_the_updater_steps_from_the_points_it_moved_before_the_store_shows_them() -> None:
+    """Two steps on one subgraph in one round: the second starts where the first left the points, not from
+    the rows a bounded read of the collection still answers; after the round the store holds the same points
+    as an updater whose every read saw every write."""
+    from types import SimpleNamespace
+
+    from hygraph.core.hyperbolic import storage_vectors
+    from hygraph.updater.publishing import Points
+
+    state = make_state()
+    reference = make_state()
+    store = BoundedStore(dict(zip(state.ids, storage_vectors(state.points_, state.M).astype(np.float32))))
+    manifest = SimpleNamespace(hyperbolic=SimpleNamespace(M=state.M), collections={"hyperbolic": "col"})
+    live = SimpleNamespace(version=SimpleNamespace(manifest=manifest, version=3))
+    points = Points(SimpleNamespace(vectors=store), live)
+    points.exists, points.neighbours, points.sample = state.exists, state.neighbours, state.sample
+
+    learner, learner_ref = OnlineLearner(HC, UC), OnlineLearner(HC, UC)
+    subgraph = tree(("query", "c2"), ("query", "c8"), ("c8", "c9"))
+    for _ in range(2):
+        learner.observe(observation(subgraph, query_vec()))
+        learner_ref.observe(observation(subgraph, query_vec()))
+    for _ in range(2):
+        ids, vectors = learner.step(points)
+        points.write(ids, vectors)
+        reference.move(*learner_ref.step(reference))
+    assert store.visible["c2"].tolist() == storage_vectors(state.points_, state.M)[2].astype(np.float32).tolist()
+    points.persist()
+    got = from_storage(np.array([store.visible[c] for c in state.ids]))
+    np.testing.assert_allclose(got, reference.points_, atol=1e-5)
+    store.fetched.clear()
+    points.points(["c2", "c3"])
+    assert store.fetched == [["c2", "c3"]]  # once persisted, the store answers them again
