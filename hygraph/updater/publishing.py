@@ -190,9 +190,7 @@ class Points:
         if not chunk_ids:
             return np.zeros((0, 0))
         unwritten = [c for c in chunk_ids if c not in self._written]
-        if len(unwritten) == len(chunk_ids):
-            return from_storage(self.publisher.vectors.fetch(self.name, list(chunk_ids)))
-        read = iter(self.publisher.vectors.fetch(self.name, unwritten)) if unwritten else iter(())
+        read = iter(self.publisher.vectors.fetch(self.name, unwritten) if unwritten else ())
         return from_storage(np.asarray([self._written[c] if c in self._written else next(read) for c in chunk_ids],
                                        dtype=np.float32))
 
