@@ -32,7 +32,7 @@ from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
 from hygraph.indexing import checkpoint
 from hygraph.indexing.beside import Beside, hyperbolic_task, lexical_task
-from hygraph.indexing.checkpoint import Checkpoint, resumable
+from hygraph.indexing.checkpoint import Checkpoint, SnapshotTables, resumable
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages import graph as graph_stage
 from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, structure, vectors
@@ -103,17 +103,21 @@ def _assemble(job: Assembly, stages: Stages, beside: Beside, before_commit: Call
         # is written as soon as its vectors exist, while the later stages run. Once it is published, the
         # versions before it go when their grace ends, with their segments and collections, and so do the
         # collections of builds that died before committing.
-        with index.publishing(prefer=ckpt.record.generation, warn=stages.note, waiting=stages.note) as w, \
+        with index.publishing(prefer=ckpt.record.generation, warn=stages.note, waiting=stages.note,
+                              keep=ckpt.table_segments()) as w, \
                 vectors.CollectionWriter(index.vectors, store, w.version, kept=ckpt.kept_collections(w.version),
                                          on_written=ckpt.collection_written,
                                          partial=ckpt.partial_collections(w.version),
                                          on_created=ckpt.collection_created) as writer:
+            tables = SnapshotTables(w, ckpt)
+            if tables.kept:
+                stages.note(f"write snapshot: tables {', '.join(tables.kept)} kept from the checkpoint")
             writer.add("chunks", built.chunk_ids, ing.embeddings)
             if job.graph:
-                _graph_stages(cfg, job, built, records, stages, beside, usage, writer)
+                _graph_stages(cfg, job, built, records, stages, beside, usage, writer, tables)
             built.lexical = beside.result("lexical", lambda: checkpoint.load_lexical(ckpt, job.graph))
             with stages.stage("write snapshot"):
-                manifest = built.write_tables(w, cfg)
+                manifest = built.write_tables(tables, cfg, job.graph)
             with stages.stage("write vectors"):  # what is left of them once every stage is done
                 writer.finish()
             stages.note(f"write vectors: {writer.vectors_written:,} vectors in {writer.seconds:.1f} s since the "
@@ -126,7 +130,7 @@ def _assemble(job: Assembly, stages: Stages, beside: Beside, before_commit: Call
             manifest.generation, manifest.collections = w.version, writer.collections
             manifest.config_hash, manifest.journal_offset = cfg.index_hash(), offset
             manifest.llm_calls = usage.calls()
-            manifest.stats.update(_accounting(stages, ckpt, writer, w.bytes_written, job.driver_peak_rss))
+            manifest.stats.update(_accounting(stages, ckpt, writer, tables, w.bytes_written, job.driver_peak_rss))
             before_commit()
             w.commit(manifest)
         ckpt.remove()
@@ -249,12 +253,13 @@ def _start_assembler(job: Assembly, stages: Stages, passages: int) -> Any:
     return ray.remote(Assembler).options(**options).remote()
 
 
-def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWriter, segment_bytes: int,
-                driver_peak_rss: int) -> dict[str, Any]:
+def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWriter, tables: SnapshotTables,
+                segment_bytes: int, driver_peak_rss: int) -> dict[str, Any]:
     """The manifest's statistics of how this run of the build went."""
     return {"seconds_per_stage": stages.seconds, "resumed_stages": ckpt.resumed,
             "seconds_of_resumed_stages": {s: ckpt.record.seconds[s] for s in ckpt.resumed},
             "collections_kept": writer.kept, "collections_continued": dict(writer.continued),
+            "tables_kept": tables.kept,
             "driver_peak_rss_bytes": driver_peak_rss,
             "worker_peak_rss_bytes": max(stages.worker_rss.values(), default=0),
             "worker_peak_rss_bytes_per_stage": dict(stages.worker_rss),
@@ -292,49 +297,60 @@ class Built:
         self.hyp: hyperbolic.Trained | None = None
         self.lexical: dict[Artifact[PostingsRow], pa.Table] = {}
 
-    def write_tables(self, w: Any, cfg: HygraphConfig) -> Manifest:
-        """Write every table of the snapshot. Each table's rows are made just before it is written and dropped
-        just after (and the lexical postings with them): at most one table's Python rows and Arrow copy are
-        held at a time, not every table's at once."""
+    def write_tables(self, tables: SnapshotTables, cfg: HygraphConfig, graph: bool) -> Manifest:
+        """Write every table of the snapshot that `tables` does not hold already (kept from a killed run of this
+        build). Each table's rows are made just before it is written and dropped just after (and the lexical
+        postings with them): at most one table's Python rows and Arrow copy are held at a time, not every
+        table's at once."""
         dims = {"text": int(self.ing.embeddings.shape[1]), "cleora": cfg.cleora.dim}
-        by_doc: dict[str, list[str]] = {}
-        for c in self.ing.chunks:
-            by_doc.setdefault(c.doc_id, []).append(c.id)
-        w.replace(DOCUMENTS, [DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ())), metadata_text(d.metadata))
-                              for d in self.docs], dims)
-        del by_doc
-        w.replace(CHUNKS, self._chunk_rows(), dims)
+        if not tables.has(DOCUMENTS):
+            by_doc: dict[str, list[str]] = {}
+            for c in self.ing.chunks:
+                by_doc.setdefault(c.doc_id, []).append(c.id)
+            tables.replace(DOCUMENTS, [DocumentRow(d.id, d.title, d.text, tuple(by_doc.get(d.id, ())),
+                                                   metadata_text(d.metadata)) for d in self.docs], dims)
+            del by_doc
+        if not tables.has(CHUNKS):
+            tables.replace(CHUNKS, self._chunk_rows(), dims)
         while self.lexical:
             artifact = next(iter(self.lexical))
-            w.replace_table(artifact, self.lexical.pop(artifact))
+            table = self.lexical.pop(artifact)
+            if not tables.has(artifact):
+                tables.replace_table(artifact, table)
+            del table
         counts = {"documents": len(self.docs), "chunks": len(self.ing.chunks), "entities": 0, "relations": 0,
                   "hyperedges": 0, "summaries": 0}
-        manifest = Manifest(embedder_model=cfg.embedder.model, dims=dims, graph=self.kb is not None, counts=counts)
-        if self.kb is None or self.graph is None or self.cleora is None:
+        manifest = Manifest(embedder_model=cfg.embedder.model, dims=dims, graph=graph, counts=counts)
+        if not graph:
             return manifest
-        hg, kb = self.graph, self.kb
-        entities, relations, hyperedges = knowledge.build_rows(kb, hg.entity_ids, hg.hyperedge_ids,
-                                                               self.vecs["entities"])
-        counts.update(entities=len(entities), relations=len(relations), hyperedges=len(hyperedges))
-        w.replace(ENTITIES, entities, dims)
-        del entities
-        w.replace(RELATIONS, relations, dims)
-        del relations
-        w.replace(HYPEREDGES, hyperedges, dims)
-        del hyperedges
-        w.replace(GRAPH, graph_stage.build_rows(hg, self.cleora), dims)
-        manifest.stats["edges"] = graph_stage.edge_counts(hg)
+        if not all(tables.has(a) for a in (ENTITIES, RELATIONS, HYPEREDGES)):
+            assert self.kb is not None and self.graph is not None
+            rows = list(knowledge.build_rows(self.kb, self.graph.entity_ids, self.graph.hyperedge_ids,
+                                             self.vecs["entities"]))
+            for artifact in (ENTITIES, RELATIONS, HYPEREDGES):
+                made = rows.pop(0)
+                if not tables.has(artifact):
+                    tables.replace(artifact, made, dims)
+                del made
+        counts.update(entities=tables.rows(ENTITIES), relations=tables.rows(RELATIONS),
+                      hyperedges=tables.rows(HYPEREDGES))
+        if not tables.has(GRAPH):
+            assert self.graph is not None and self.cleora is not None
+            tables.replace(GRAPH, graph_stage.build_rows(self.graph, self.cleora), dims,
+                           stats={"edges": graph_stage.edge_counts(self.graph)})
+        manifest.stats["edges"] = tables.stats(GRAPH)["edges"]
         if self.hier is not None:
             summaries, parents, planes = self.hier.rows()
-            w.replace(SUMMARIES, summaries, dims)
-            w.replace(PARENTS, parents, dims)
-            w.replace(HYPERPLANES, planes, dims)
+            for artifact, made in ((SUMMARIES, summaries), (PARENTS, parents), (HYPERPLANES, planes)):
+                if not tables.has(artifact):
+                    tables.replace(artifact, made, dims)
             counts["summaries"] = len(summaries)
             manifest.stats.update(hierarchy.stats(self.hier.layers, [len(ch) for ch in self.hier.children]))
             manifest.hierarchy = HierarchyInfo(self.hier.partitioner, self.hier.n_layers,
                                                manifest.stats["segments_per_layer"])
         if self.hyp is not None:
-            w.replace(TERMS, self.hyp.rows(self.chunk_ids), dims)
+            if not tables.has(TERMS):
+                tables.replace(TERMS, self.hyp.rows(self.chunk_ids), dims)
             manifest.hyperbolic = HyperbolicInfo(self.hyp.M, cfg.hyperbolic.dim, cfg.hyperbolic.seed)
         return manifest
 
@@ -349,30 +365,47 @@ class Built:
         return rows
 
 
+# What needs the knowledge and the hybrid graph: these stages, and these tables of the snapshot.
+_FROM_KNOWLEDGE = ("lexical", "cleora", "embed entities, relations, hyperedges", "hierarchy")
+_TABLES_FROM_KNOWLEDGE = (CHUNKS, ENTITIES, RELATIONS, HYPEREDGES, GRAPH)
+
+
 def _graph_stages(cfg: HygraphConfig, job: Assembly, built: Built, records: list[TripleRecord] | None,
-                  stages: Stages, beside: Beside, usage: Usage, writer: vectors.CollectionWriter) -> None:
+                  stages: Stages, beside: Beside, usage: Usage, writer: vectors.CollectionWriter,
+                  tables: SnapshotTables) -> None:
     ing, ckpt, cache_dir = built.ing, job.ckpt, job.cache_dir
-    # Knowledge and the hybrid graph are pure, quick functions of the ingest output: derived again on resume.
-    with stages.stage("knowledge"):
-        kb = built.kb = build_knowledge(ing, records, job.kg)
-    with stages.stage("hybrid graph"):
-        hg = built.graph = graph_stage.build(cfg, built.chunk_ids, kb)
-    beside.start("lexical", lexical_task, ckpt, job.corpus, list(hg.entity_ids))
-    nodes = {"nodes": list(hg.node_ids)}
-    knowledge_ids = {"entities": list(hg.entity_ids), "relations": list(kb.relations),
-                     "hyperedges": list(hg.hyperedge_ids)}
+    # Knowledge and the hybrid graph are pure, quick functions of the ingest output: not checkpointed, derived
+    # again on resume unless every stage and table that reads them is kept (a build killed late in its snapshot).
+    if all(ckpt.done(s) for s in _FROM_KNOWLEDGE) and all(tables.has(a) for a in _TABLES_FROM_KNOWLEDGE):
+        stages.note("knowledge, hybrid graph: not derived again (every stage and table that needs them is kept)")
+        kb = hg = None
+        nodes = checkpoint.named_ids(ckpt, "cleora")
+        knowledge_ids = checkpoint.named_ids(ckpt, "knowledge_vectors")
+    else:
+        with stages.stage("knowledge"):
+            kb = built.kb = build_knowledge(ing, records, job.kg)
+        with stages.stage("hybrid graph"):
+            hg = built.graph = graph_stage.build(cfg, built.chunk_ids, kb)
+        beside.start("lexical", lexical_task, ckpt, job.corpus, list(hg.entity_ids))
+        nodes = {"nodes": list(hg.node_ids)}
+        knowledge_ids = {"entities": list(hg.entity_ids), "relations": list(kb.relations),
+                         "hyperedges": list(hg.hyperedge_ids)}
     llm = make_llm(cfg.llm, cache_dir=cache_dir)
     # One pool embeds for both stages; its actors load the model while the driver runs Cleora.
     pool = (ingest.EmbedPool(cfg.embedder)
             if not (ckpt.done("embed entities, relations, hyperedges") and ckpt.done("hierarchy")) else None)
     try:
+        def cleora() -> np.ndarray:
+            assert hg is not None
+            return structure.build(cfg.cleora, hg)
+
         built.cleora = resumable(
-            stages, ckpt, "cleora", lambda: structure.build(cfg.cleora, hg),
+            stages, ckpt, "cleora", cleora,
             lambda v: checkpoint.save_named(ckpt, "cleora", {"cleora": v}, nodes),
             lambda: checkpoint.load_named(ckpt, "cleora", nodes)["cleora"])
 
         def embed_knowledge() -> dict[str, np.ndarray]:
-            assert pool is not None
+            assert pool is not None and kb is not None and hg is not None
             vecs = vectors.build(pool, kb, hg.entity_ids, list(kb.relations), hg.hyperedge_ids, stages,
                                  cfg.indexing.batch_size)
             pool.report(stages)
@@ -389,7 +422,7 @@ def _graph_stages(cfg: HygraphConfig, job: Assembly, built: Built, records: list
         built.vecs = {"entities": built.vecs["entities"]}
 
         def build_hierarchy() -> hierarchy.HierarchyResult:
-            assert pool is not None
+            assert pool is not None and kb is not None and hg is not None
             try:
                 return hierarchy.build(cfg, built.chunk_ids, [c.text for c in ing.chunks], ing.embeddings, kb, hg,
                                        {"entities": built.vecs["entities"], "cleora": built.cleora}, llm, pool,

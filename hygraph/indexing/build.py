@@ -25,7 +25,7 @@ from hygraph.config import HygraphConfig
 from hygraph.errors import InputError
 from hygraph.indexing import checkpoint
 from hygraph.indexing.assemble import Assembly, Built, run_assembler
-from hygraph.indexing.checkpoint import Checkpoint, resumable
+from hygraph.indexing.checkpoint import Checkpoint, SnapshotTables, resumable
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages import graph as graph_stage
 from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, lexical, structure, vectors
@@ -120,7 +120,7 @@ def create_empty_index(cfg: HygraphConfig, index_dir: str | Path) -> dict[str, A
             if built.hyp is not None:
                 writer.add("hyperbolic", [], built.hyp.storage(), metric="L2")
             writer.finish()
-            manifest = built.write_tables(w, cfg)
+            manifest = built.write_tables(SnapshotTables(w, None), cfg, graph=True)
             manifest.generation, manifest.collections = w.version, writer.collections
             manifest.config_hash, manifest.journal_offset = cfg.index_hash(), 0
             w.commit(manifest)

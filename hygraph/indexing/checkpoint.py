@@ -9,13 +9,16 @@ vector collections a build created and those it fully wrote are recorded with th
 named after, so a resumed build that reserves the same version keeps those fully written, and
 continues one cut off mid-write with the rows it lacks (stages/vectors.py). Every file is written
 whole or not at all (store/stage_files.py), and the record (`build.json`) is rewritten atomically
-after each stage. The commit removes the checkpoint.
+after each stage. The snapshot's tables are recorded as each is stored, with the version they belong to: a resumed
+build that takes that version's number again keeps them (`SnapshotTables`). The commit removes the
+checkpoint.
 
 Stages that are pure, quick functions of the ingest output (knowledge, hybrid graph) are derived again
-rather than stored. The driver opens the checkpoint and the assembling actor (indexing/assemble.py) carries
-on with it, and the stages it runs as Ray tasks beside it (indexing/beside.py) write their outputs there:
-the checkpoint directory must be reachable from all of them. Only the assembler writes the record (from
-two threads: its stages, and the one that records a finished task).
+rather than stored, and only when a stage or table that needs them is not kept. The driver opens the
+checkpoint and the assembling actor (indexing/assemble.py) carries on with it, and the stages it runs as
+Ray tasks beside it (indexing/beside.py) write their outputs there: the checkpoint directory must be
+reachable from all of them. Only the assembler writes the record (from two threads: its stages, and the
+one that records a finished task).
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from hygraph.indexing.stages.hierarchy import HierarchyResult
 from hygraph.indexing.stages.hyperbolic import Trained
 from hygraph.processes import locked, pid_alive
 from hygraph.store import stage_files
-from hygraph.store.artifacts import LEXICAL_CHUNKS, LEXICAL_ENTITIES, Artifact, PostingsRow
+from hygraph.store.artifacts import ARTIFACTS, LEXICAL_CHUNKS, LEXICAL_ENTITIES, Artifact, PostingsRow, RowT
 from hygraph.store.files import write_atomic
+from hygraph.store.versions import VersionWriter, WrittenTable
 
 T = TypeVar("T")
 FORMAT = 1
@@ -62,6 +66,8 @@ class BuildRecord:
     generation: int | None = None  # the version the vector collections below are named after
     collections: dict[str, str] = field(default_factory=dict)  # kind -> collection created, filled and sealed
     created: dict[str, str] = field(default_factory=dict)  # kind -> collection created (filled or not)
+    # artifact -> the snapshot table stored for `generation`: {"segment", "rows", "files", "stats"}
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     format: int = FORMAT
 
     def to_json(self) -> bytes:
@@ -186,6 +192,24 @@ class Checkpoint:
     def _for(self, generation: int) -> None:
         if self.record.generation != generation:
             self.record.generation, self.record.collections, self.record.created = generation, {}, {}
+            self.record.tables = {}
+            self._save()
+
+    def table_segments(self) -> list[tuple[str, str]]:
+        """(artifact, segment) of each snapshot table an earlier run stored for the recorded generation: what
+        the rerun's writer keeps when it takes that version's number (`IndexStore.begin`)."""
+        return [(name, entry["segment"]) for name, entry in self.record.tables.items()]
+
+    def kept_tables(self, generation: int) -> dict[str, dict[str, Any]]:
+        """The snapshot tables recorded as stored for `generation` (a record for another one is reset)."""
+        with _RECORD_LOCK:
+            self._for(generation)
+            return dict(self.record.tables)
+
+    def table_written(self, name: str, table: WrittenTable, stats: dict[str, Any]) -> None:
+        with _RECORD_LOCK:
+            self.record.tables[name] = {"segment": table.segment, "rows": table.rows, "files": table.files,
+                                        "stats": stats}
             self._save()
 
     def collection_created(self, kind: str, name: str) -> None:
@@ -213,6 +237,51 @@ class Checkpoint:
     def remove(self) -> None:
         """The build committed: its checkpoint is no longer needed."""
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SnapshotTables:
+    """The snapshot's tables as a build writes them, one segment each: each is recorded in the checkpoint once
+    it is stored, and those an earlier run of this build stored whole are kept (`VersionWriter.reuse`: the
+    killed run's version number is taken again) instead of being made and written again. Without a checkpoint
+    (an empty index's first version) it writes every table and records none."""
+
+    def __init__(self, w: VersionWriter, ckpt: Checkpoint | None) -> None:
+        self._w, self._ckpt = w, ckpt
+        self._stats: dict[str, dict[str, Any]] = {}
+        self.kept: list[str] = []
+        for name, entry in (ckpt.kept_tables(w.version) if ckpt is not None else {}).items():
+            try:
+                table = WrittenTable(str(entry["segment"]), int(entry["rows"]),
+                                     {str(k): int(v) for k, v in entry["files"].items()})
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue  # not a record this code wrote: the table is written again
+            if name in ARTIFACTS and w.reuse(ARTIFACTS[name], table):
+                self.kept.append(name)
+                self._stats[name] = dict(entry.get("stats") or {})
+
+    def has(self, artifact: Artifact[Any]) -> bool:
+        return artifact.name in self._w.tables
+
+    def rows(self, artifact: Artifact[Any]) -> int:
+        return self._w.tables[artifact.name].rows
+
+    def stats(self, artifact: Artifact[Any]) -> dict[str, Any]:
+        """What was recorded with the table when it was written (`replace`'s `stats`)."""
+        return self._stats[artifact.name]
+
+    def replace(self, artifact: Artifact[RowT], rows: list[RowT], dims: dict[str, int],
+                stats: dict[str, Any] | None = None) -> None:
+        self._w.replace(artifact, rows, dims)
+        self._stored(artifact, stats or {})
+
+    def replace_table(self, artifact: Artifact[Any], table: pa.Table) -> None:
+        self._w.replace_table(artifact, table)
+        self._stored(artifact, {})
+
+    def _stored(self, artifact: Artifact[Any], stats: dict[str, Any]) -> None:
+        self._stats[artifact.name] = stats
+        if self._ckpt is not None:
+            self._ckpt.table_written(artifact.name, self._w.written(artifact), stats)
 
 
 def resumable(stages: Stages, ckpt: Checkpoint, name: str, compute: Callable[[], T], save: Callable[[T], None],
@@ -290,8 +359,13 @@ def save_named(ckpt: Checkpoint, stage: str, arrays: dict[str, np.ndarray], ids:
     ckpt.write_table(stage, pa.table({k: pa.array([json.dumps(v)], pa.string()) for k, v in ids.items()}))
 
 
+def named_ids(ckpt: Checkpoint, stage: str) -> dict[str, list[str]]:
+    """The id lists `save_named` stored with a stage's arrays."""
+    return {k: json.loads(v[0]) for k, v in ckpt.read_table(stage).to_pydict().items()}
+
+
 def load_named(ckpt: Checkpoint, stage: str, ids: dict[str, list[str]]) -> dict[str, np.ndarray]:
-    stored: dict[str, Any] = {k: json.loads(v[0]) for k, v in ckpt.read_table(stage).to_pydict().items()}
+    stored = named_ids(ckpt, stage)
     for key, expect in ids.items():
         if stored.get(key) != list(expect):
             raise StoreError(f"{ckpt.dir}: the {stage} checkpoint's {key} ids differ from this build's "

@@ -24,7 +24,7 @@ import logging
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from hygraph.backends import vectorstore
 from hygraph.backends.vectorstore import VectorStore
@@ -73,9 +73,11 @@ class Index:
 
     @contextmanager
     def publishing(self, prefer: int | None = None, warn: Callable[[str], None] = _log_warning,
-                   waiting: Callable[[str], None] | None = None) -> Iterator[VersionWriter]:
+                   waiting: Callable[[str], None] | None = None,
+                   keep: Iterable[tuple[str, str]] = ()) -> Iterator[VersionWriter]:
         """Publish the next version: yields its writer (`IndexStore.begin`, numbered past `prefer` and telling
-        `waiting` of a wait for the writer lease as there), whose segments and vector collections the body
+        `waiting` of a wait for the writer lease, and keeping the `keep` segments of a dead writer of that
+        number, as there), whose segments and vector collections the body
         writes, recording each collection before creating it (`IndexStore.record_collections`), and which the
         body ends by committing (`VersionWriter.commit`, with `expect_current` when it changes a version it
         read).
@@ -87,7 +89,7 @@ class Index:
         collections), the vector rows it retired are deleted and garbage is collected. Those steps come after
         the change is published, so each failure goes to `warn` (default: this module's log), never raised;
         they are retried by the next publish or the writer's next start."""
-        with self.files.begin(prefer=prefer, waiting=waiting) as w:
+        with self.files.begin(prefer=prefer, waiting=waiting, keep=keep) as w:
             try:
                 yield w
             finally:

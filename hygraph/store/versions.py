@@ -41,7 +41,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -57,6 +57,7 @@ from hygraph.store.table import Table
 _MANIFEST = re.compile(r"^versions/(\d{6,})\.json$")
 _RECORD = re.compile(r"^collections/(\d{6,})\.json$")
 _SEGMENT = re.compile(r"^segments/([^/]+)/(\d{6,})-(\d+)\.(arrow|keys\.npy|dead\.arrow)$")
+_SEGMENT_NAME = re.compile(r"^\d{6,}-\d+$")
 
 
 class Version:
@@ -86,26 +87,59 @@ class Version:
             raise StoreError(f"index version {self.version} has no {artifact.name}") from None
 
 
-class VersionWriter:
-    """Writes the segments of version `version` and commits its manifest; nothing is visible before."""
+@dataclass(frozen=True)
+class WrittenTable:
+    """A table a writer stored as one segment: what a resumed writer of the same version checks and keeps
+    (`VersionWriter.reuse`) instead of writing it again."""
 
-    def __init__(self, store: "IndexStore", version: int, hold: WriterLease, staging: Path) -> None:
+    segment: str
+    rows: int
+    files: dict[str, int]  # file name -> bytes, every file of the segment
+
+
+class VersionWriter:
+    """Writes the segments of version `version` and commits its manifest; nothing is visible before.
+    `first_seq`: past the segments of this version kept from its dead writer, whose names stay theirs."""
+
+    def __init__(self, store: "IndexStore", version: int, hold: WriterLease, staging: Path,
+                 first_seq: int = 0) -> None:
         self.store, self.version, self.lease, self.staging = store, version, hold, staging
         self.tables: dict[str, TableRef] = {}
         self.bytes_written = 0
         self.committed: Manifest | None = None  # once `commit` returned: what the publisher retires after it
-        self._seq = 0
+        self._seq = first_seq
+        self._files: dict[str, dict[str, int]] = {}  # segment -> its files' sizes, as stored
 
     def _segment(self, artifact: Artifact[Any], rows: pa.Table, dead: Sequence[str]) -> str:
         name = f"{self.version:06d}-{self._seq}"
         self._seq += 1
         directory = self.staging / "segments" / artifact.name
         info = write_segment(directory, name, rows, dead)
+        files = self._files[name] = {}
         for f in segment_files(directory, name):
             if f.is_file():
+                files[f.name] = f.stat().st_size
                 self.store.objects.put_file(f"segments/{artifact.name}/{f.name}", f)
         self.bytes_written += info.bytes
         return name
+
+    def written(self, artifact: Artifact[Any]) -> WrittenTable:
+        """What `replace` stored for `artifact` (one segment)."""
+        ref = self.tables[artifact.name]
+        (segment,) = ref.segments
+        return WrittenTable(segment, ref.rows, dict(self._files[segment]))
+
+    def reuse(self, artifact: Artifact[Any], table: WrittenTable) -> bool:
+        """Take `table` as `artifact`'s rows when it is a segment of this version that is stored whole (every
+        file there at the size written: the dead writer of this version put it before it died, and `begin`
+        kept it); False, and nothing taken, otherwise."""
+        if not table.segment.startswith(f"{self.version:06d}-") or not table.files:
+            return False
+        for name, size in table.files.items():
+            if self.store.objects.size(f"segments/{artifact.name}/{name}") != size:
+                return False
+        self.tables[artifact.name] = TableRef([table.segment], table.rows)
+        return True
 
     def replace(self, artifact: Artifact[RowT], rows: list[RowT], dims: dict[str, int]) -> None:
         """The artifact is exactly `rows` (a full build): one segment, no history."""
@@ -259,12 +293,15 @@ class IndexStore:
 
     @contextmanager
     def begin(self, prefer: int | None = None, wait_s: float | None = None,
-              waiting: Callable[[str], None] | None = None) -> Iterator[VersionWriter]:
+              waiting: Callable[[str], None] | None = None,
+              keep: Iterable[tuple[str, str]] = ()) -> Iterator[VersionWriter]:
         """Take the writer lease (waiting at most `wait_s` for another writer, None: as long as it writes, and
         telling `waiting` who holds it while it waits, WriterLease.acquire) and number the next version: past
         every published one and the one the previous holder was writing, or
         `prefer` while that is still above every published version (a resumed build keeps the number its
-        vector collections are named after). On any exception the version's unpublished segments are removed."""
+        vector collections are named after). When the previous holder died writing that number, its segments
+        are removed but those named in `keep` ((artifact, segment) pairs: what a resumed build recorded as
+        stored whole, `VersionWriter.reuse`). On any exception the version's unpublished segments are removed."""
         hold = WriterLease(self.objects, self.lease_s)
         seen: dict[str, int] = {}
 
@@ -279,12 +316,14 @@ class IndexStore:
             if seen["top"] and (current is None or seen["top"] > current):
                 # A writer died between its manifest and CURRENT: the version is published, make it current.
                 self.objects.put("CURRENT", f"{seen['top']}\n".encode())
+            kept = {(a, s) for a, s in keep if _SEGMENT_NAME.match(s) and int(s.split("-")[0]) == version}
             if seen["last"] == version:
                 # The previous holder died writing this number (numbers only grow: no earlier one did).
-                self._remove_segments_of(version)
+                self._remove_segments_of(version, kept)
+            first_seq = 1 + max((int(s.split("-")[1]) for _, s in kept), default=-1)
             with self._staging() as staging:
                 try:
-                    yield VersionWriter(self, version, hold, staging)
+                    yield VersionWriter(self, version, hold, staging, first_seq)
                 finally:
                     # Whatever happened after the manifest landed, the version is published and keeps its segments.
                     if not self.is_published(version):
@@ -302,10 +341,10 @@ class IndexStore:
             if directory != self.objects.local_dir:
                 shutil.rmtree(directory, ignore_errors=True)
 
-    def _remove_segments_of(self, version: int) -> None:
+    def _remove_segments_of(self, version: int, keep: Collection[tuple[str, str]] = ()) -> None:
         for key in self.objects.list("segments/"):
             m = _SEGMENT.match(key)
-            if m and int(m.group(2)) == version:
+            if m and int(m.group(2)) == version and (m.group(1), f"{m.group(2)}-{m.group(3)}") not in keep:
                 self.objects.delete(key)
 
     def record_collections(self, version: int, names: Iterable[str]) -> None:

@@ -133,6 +133,8 @@ def test_a_killed_build_resumes_to_the_same_version(demo_build, questions, tmp_p
     assert set(rec["collections"]) == set(stats["collections_kept"])
     assert partial and set(stats["collections_continued"]) == partial, (partial, stats["collections_continued"])
     assert "collections continued from the checkpoint" in rerun.stderr
+    # The snapshot's tables stored whole before the kill are kept, not written again.
+    assert set(stats["tables_kept"]) == set(rec.get("tables", {}))
     assert again["version"] == 2
     for key in ("documents", "chunks", "entities", "relations", "hyperedges", "summaries", "layers"):
         assert again[key] == first[key], key

@@ -432,3 +432,61 @@ def test_a_cut_off_collection_the_store_cannot_vouch_for_is_written_again(tmp_pa
     _, writer = _rerun(tmp_path, store, vs, gen, ids)
     assert writer.continued == {} and writer.vectors_written == 10
     assert sorted(vs.rows[name]) == ids and name in vs.sealed
+
+
+_KILLED_SNAPSHOT = """
+import os, sys
+from hygraph.indexing.checkpoint import Checkpoint, SnapshotTables
+from hygraph.store.artifacts import DOCUMENTS, RELATIONS, DocumentRow
+from hygraph.store.versions import IndexStore
+store, ck = IndexStore(sys.argv[1]), Checkpoint(sys.argv[1], "fp")
+with store.begin(prefer=ck.record.generation) as w:
+    tables = SnapshotTables(w, ck)
+    tables.replace(DOCUMENTS, [DocumentRow("d1", "T1", "one", ("c1",)), DocumentRow("d2", "T2", "two", ())], {})
+    tables.replace(RELATIONS, [], {}, stats={"edges": {"e": 3}})
+    w.replace(DOCUMENTS, [], {})  # stored, then killed before its record: not the table
+    os._exit(0)  # killed: no cleanup, the version never published
+"""
+
+
+def test_a_resumed_snapshot_keeps_the_tables_the_killed_writer_stored_whole(tmp_path):
+    from hygraph.indexing.checkpoint import SnapshotTables
+    from hygraph.store.artifacts import CHUNKS, DOCUMENTS, RELATIONS
+
+    store = IndexStore(tmp_path, create=True)
+    subprocess.run([sys.executable, "-c", _KILLED_SNAPSHOT, str(tmp_path)], check=True)
+    ck = Checkpoint(tmp_path, "fp")
+    assert set(ck.record.tables) == {"documents", "relations"} and ck.record.generation == 1
+    assert len(store.objects.list("segments/documents/")) == 4  # two segments: .arrow and .keys.npy each
+    # The rerun takes the dead writer's number at once (its pid is gone) and keeps the recorded segments only.
+    with store.begin(prefer=ck.record.generation, keep=ck.table_segments()) as w:
+        assert w.version == 1
+        assert sorted(store.objects.list("segments/")) == ["segments/documents/000001-0.arrow",
+                                                          "segments/documents/000001-0.keys.npy",
+                                                          "segments/relations/000001-1.arrow",
+                                                          "segments/relations/000001-1.keys.npy"]
+        tables = SnapshotTables(w, ck)
+        assert tables.kept == ["documents", "relations"] and tables.rows(DOCUMENTS) == 2
+        assert tables.has(RELATIONS) and tables.stats(RELATIONS) == {"edges": {"e": 3}} and not tables.has(CHUNKS)
+        tables.replace(CHUNKS, [], {"text": 3})
+        assert w.tables["chunks"].segments == ["000001-2"]  # numbered past the kept segments
+        from hygraph.store.manifest import Manifest
+        w.commit(Manifest(embedder_model="m", dims={}, graph=False, counts={}))
+    version = store.open()
+    assert version.table(DOCUMENTS).get("d1").text == "one" and len(version.table(DOCUMENTS)) == 2
+
+
+def test_a_recorded_table_no_longer_stored_whole_is_written_again(tmp_path):
+    from hygraph.indexing.checkpoint import SnapshotTables
+    from hygraph.store.artifacts import DOCUMENTS, RELATIONS
+
+    store = IndexStore(tmp_path, create=True)
+    subprocess.run([sys.executable, "-c", _KILLED_SNAPSHOT, str(tmp_path)], check=True)
+    ck = Checkpoint(tmp_path, "fp")
+    store.objects.put("segments/documents/000001-0.keys.npy", b"cut short")  # not the size recorded
+    store.objects.delete("segments/relations/000001-1.arrow")  # gone (a gc of the dead build's segments)
+    with store.begin(prefer=ck.record.generation, keep=ck.table_segments()) as w:
+        tables = SnapshotTables(w, ck)
+        assert tables.kept == [] and not tables.has(DOCUMENTS) and not tables.has(RELATIONS)
+    # Another version number: nothing recorded for it is kept.
+    assert ck.kept_tables(2) == {} and ck.table_segments() == []
