@@ -215,7 +215,9 @@ def kill_and_resume(cluster: RayCluster, corpus: Path, index_dir: Path, env: dic
             "stages_kept": kept, "seconds_of_kept_stages": resumed["stats"]["seconds_of_resumed_stages"],
             "collections_kept": resumed["stats"]["collections_kept"],
             "collections_continued": resumed["stats"].get("collections_continued", {}), "ingest_kept": ingest_kept,
-            "stages_redone_s": redone, "vectors_written": resumed["stats"]["vectors_written"],
+            "stages_redone_s": redone, "stages_redone_share": round(sum(redone.values()) / base, 3),
+            "tables_kept": resumed["stats"].get("tables_kept", []),
+            "vectors_written": resumed["stats"]["vectors_written"],
             "driver_peak_rss_bytes": resumed["stats"]["driver_peak_rss_bytes"],
             "worker_peak_rss_bytes": resumed["stats"]["worker_peak_rss_bytes"],
             "worker_peak_rss_bytes_per_node": resumed["stats"]["worker_peak_rss_bytes_per_node"],
@@ -456,6 +458,9 @@ def kill_resume_markdown(rows: list[dict[str, Any]]) -> list[str]:
          [", ".join(f"{c} ({n:,})" for c, n in k.get("collections_continued", {}).items()) or "-" for k in ks])
     line("run again by the resumed run (not checkpointed, or not kept): stage s",
          [", ".join(f"{s} {t:.1f}" for s, t in k["stages_redone_s"].items()) for k in ks])
+    line("their sum / uninterrupted s (an upper bound of the repeated work: it counts the work the killed run "
+         "had not done)", [f"{100 * k['stages_redone_share']:.1f}%" for k in ks])
+    line("kept: snapshot tables", [", ".join(k["tables_kept"]) or "-" for k in ks])
     line("vectors written by the resumed run", [f"{k['vectors_written']:,}" for k in ks])
     line("resumed run: driver peak RSS MiB", [f"{k['driver_peak_rss_bytes'] / 2**20:.0f}" for k in ks])
     line("resumed run: worker peak RSS MiB, per node",
