@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 from scipy import sparse
@@ -504,3 +504,30 @@ def query_vector(point: np.ndarray) -> np.ndarray:
     t[..., 0] = -t[..., 0]
     return t
 
+
+
+def sample_present(ids: Sequence[str | None], k: int, rng: np.random.Generator, exclude: set[str]) -> list[str]:
+    """Up to `k` distinct ids drawn uniformly from those of `ids` that are present (not None: a removed chunk's
+    number) and not in `exclude`, in their order in `ids`: an online step's negatives.
+
+    Positions are drawn at random and a repeat, a removed or an excluded one rejected, so a step costs O(k)
+    draws, not a pass over every chunk (10^6 of them in a large index); each accepted position is uniform
+    over those not taken yet, so the k of them are a uniform k-subset. When few positions qualify (the draws
+    run past their budget) one pass lists them and draws from the list instead."""
+    n = len(ids)
+    if k <= 0 or n == 0:
+        return []
+    picked: set[int] = set()
+    budget = 4 * k + 64
+    while len(picked) < k and budget > 0:
+        for i in rng.integers(0, n, size=min(budget, 2 * (k - len(picked)))).tolist():
+            budget -= 1
+            c = ids[i]
+            if c is not None and c not in exclude:
+                picked.add(i)
+                if len(picked) == k:
+                    break
+    if len(picked) < k:
+        qualify = [i for i, c in enumerate(ids) if c is not None and c not in exclude]
+        picked = {qualify[j] for j in rng.choice(len(qualify), size=min(k, len(qualify)), replace=False).tolist()}
+    return [ids[i] for i in sorted(picked)]  # type: ignore[misc]

@@ -56,9 +56,7 @@ class MemoryPoints:
         return self._neighbours.get(chunk_id, ())
 
     def sample(self, k: int, rng: np.random.Generator, exclude: set[str]) -> list[str]:
-        alive = [c for c in self.ids if c not in exclude]
-        picked = rng.choice(len(alive), size=min(k, len(alive)), replace=False) if alive else []
-        return [alive[i] for i in sorted(picked)]
+        return hyperbolic.sample_present(self.ids, k, rng, exclude)
 
     def move(self, chunk_ids: Sequence[str], storage: np.ndarray) -> None:
         """A step's moved points, given as the storage vectors the updater would upsert."""

@@ -38,7 +38,7 @@ import numpy as np
 
 from hygraph.backends.vectorstore import VectorStore
 from hygraph.config import HygraphConfig
-from hygraph.core.hyperbolic import from_storage
+from hygraph.core.hyperbolic import from_storage, sample_present
 from hygraph.errors import StoreError
 from hygraph.indexing.state import IndexState
 from hygraph.indexing.update import Applied, LiveIndex
@@ -216,9 +216,7 @@ class Points:
         return row.neighbours if row is not None else ()
 
     def sample(self, k: int, rng: np.random.Generator, exclude: set[str]) -> list[str]:
-        alive = [c for c in self.live.terms.live() if c not in exclude]
-        picked = rng.choice(len(alive), size=min(k, len(alive)), replace=False) if alive else []
-        return [alive[i] for i in sorted(picked)]
+        return sample_present(self.live.terms.ids, k, rng, exclude)
 
 
 def return_memory(full: bool = True) -> None:

@@ -287,3 +287,34 @@ def test_serving_imports_no_torch() -> None:
             "print([m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_sample_present_draws_distinct_present_unexcluded_ids_in_their_order():
+    from hygraph.core.hyperbolic import sample_present
+
+    ids = ["a", None, "b", "c", None, "d", "e", "f"]
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        got = sample_present(ids, 3, rng, {"c"})
+        assert len(got) == 3 == len(set(got))
+        assert None not in got and "c" not in got
+        assert got == sorted(got, key=ids.index)  # in their order in `ids`
+    # Fewer qualify than asked: all of them (the one-pass fallback), in order.
+    assert sample_present(ids, 10, rng, {"a", "f"}) == ["b", "c", "d", "e"]
+    assert sample_present(ids, 5, rng, set("abcdef")) == []
+    assert sample_present([], 5, rng, set()) == [] and sample_present(ids, 0, rng, set()) == []
+
+
+def test_sample_present_is_uniform_over_the_qualifying_ids():
+    from hygraph.core.hyperbolic import sample_present
+
+    ids = [f"c{i}" if i % 3 else None for i in range(30)]  # 20 present, c1 and c2 excluded: 18 qualify
+    rng = np.random.default_rng(1)
+    counts: dict[str, int] = {}
+    runs = 6000
+    for _ in range(runs):
+        for c in sample_present(ids, 4, rng, {"c1", "c2"}):
+            counts[c] = counts.get(c, 0) + 1
+    assert len(counts) == 18
+    expected = runs * 4 / 18  # each qualifying id is in a uniform 4-subset with probability 4/18
+    assert all(abs(n - expected) < 0.08 * expected for n in counts.values()), counts

@@ -207,9 +207,7 @@ def _train(state: IndexState, h: HyperbolicConfig, index: TermIndex, new: list[s
     fixed = list(dict.fromkeys(o for c in new for o in lists[c] if o not in new_set))
     rng = np.random.default_rng(h.seed + state.version)
     skip = new_set | set(fixed)
-    alive = [c for c in index.live() if c not in skip]
-    picked = sorted(rng.choice(len(alive), size=min(NEGATIVE_POOL, len(alive)), replace=False)) if alive else []
-    others = fixed + [alive[i] for i in picked]
+    others = fixed + hyperbolic.sample_present(index.ids, NEGATIVE_POOL, rng, skip)
     row = {cid: i for i, cid in enumerate([*new, *others])}
     init = np.vstack([hyperbolic.init_from_text(embeddings, h.dim, h.seed),
                       points_of(others) if others else np.zeros((0, h.dim))])
