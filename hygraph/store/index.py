@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -47,6 +48,7 @@ class Index:
     def __init__(self, cfg: HygraphConfig, files: IndexStore) -> None:
         self.cfg, self.files = cfg, files
         self.vectors: VectorStore = vectorstore.connect(cfg.vector_store, files.local_dir)
+        self._gc_due: float | None = None  # monotonic s: the versions the last publish spared pass their grace
 
     @classmethod
     def open(cls, cfg: HygraphConfig, uri: str | Path) -> "Index":
@@ -114,6 +116,7 @@ class Index:
                       lambda: self.files.forget_collections([manifest.version]), warn)
         self._quietly("retiring old vector rows", lambda: self._retire(manifest), warn)
         self._quietly("garbage collection of old versions", self.collect_garbage, warn)
+        self._gc_due = time.monotonic() + self.cfg.updates.gc_grace_s
 
     @staticmethod
     def _quietly(what: str, step: Callable[[], object], warn: Callable[[str], None]) -> None:
@@ -145,6 +148,17 @@ class Index:
         for name in sorted(result.collections):
             self.vectors.drop(name)
         self.files.forget_collections(result.orphaned)
+        return result
+
+    def collect_garbage_when_due(self) -> GcResult | None:
+        """What a publish's own collection left for later: the versions it spared for being younger than
+        `updates.gc_grace_s` (a burst of publishes, such as recalibrations, leaves several), collected once
+        that grace is over, once per publish. Without it a quiet index keeps them, with their segments and
+        their vector collections (loaded in the store), until its next change. None while not due."""
+        if self._gc_due is None or time.monotonic() < self._gc_due:
+            return None
+        result = self.collect_garbage()
+        self._gc_due = None
         return result
 
     def remove(self) -> int:

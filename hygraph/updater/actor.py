@@ -139,8 +139,9 @@ class OnlineUpdater:
     def _work(self) -> bool:
         """One round: the next write step (`IndexUpdater.write_step`: a journal batch, a slice of a large
         document or of overdue summaries, by turns), else a slice of the deferred summaries, else a finished or
-        due recalibration, else L_inc steps, else a due compaction. True when something was done (the loop
-        goes on without waiting)."""
+        due recalibration, else L_inc steps, else a due compaction, else a due garbage collection (the versions
+        the last publish spared, once their grace is over). True when something was done (the loop goes on
+        without waiting)."""
         if self.updater is None:
             if IndexStore(self.index_dir, **self.cfg.store.model_dump()).current_version() is None:
                 if not self.create_empty:
@@ -180,7 +181,10 @@ class OnlineUpdater:
             self.step_seconds.observe(s)
         if seconds:
             return True
-        return self._compact()
+        if self._compact():
+            return True
+        collected = self.updater.publisher.index.collect_garbage_when_due()
+        return collected is not None and bool(collected.versions)
 
     def _compact(self) -> bool:
         compacted = self.updater.compactor.compact()

@@ -1,6 +1,8 @@
 """`Index.publishing`, the one way a version is published: what happens to the version's vector collections and
 the rows it retired, around its commit (FAISS store)."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -109,4 +111,19 @@ def test_a_failure_after_the_commit_is_reported_never_raised(tmp_path, monkeypat
     assert [w.split(" failed")[0] for w in warnings] == ["retiring old vector rows",
                                                          "garbage collection of old versions"]
     assert all("went away" in w for w in warnings)
+    index.close()
+
+
+def test_the_versions_a_publish_spared_are_collected_once_their_grace_is_over(tmp_path):
+    cfg = HygraphConfig(vector_store=FAISS)
+    cfg.updates.keep_versions, cfg.updates.gc_grace_s = 2, 0.5
+    index = Index(cfg, IndexStore(tmp_path, create=True))
+    v1, v2, v3 = _publish(index), _publish(index), _publish(index)  # a burst: each publish's GC spares the rest
+    assert index.files.versions() == [v1, v2, v3]
+    assert index.collect_garbage_when_due() is None  # the grace is not over
+    time.sleep(0.6)
+    collected = index.collect_garbage_when_due()
+    assert collected is not None and collected.versions == [v1]  # the newest two kept
+    assert index.files.versions() == [v2, v3] and not index.vectors.exists(index.files.collection(v1, "chunks"))
+    assert index.collect_garbage_when_due() is None  # once per publish
     index.close()
