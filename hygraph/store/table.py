@@ -8,6 +8,7 @@ segments small. Reads never copy a column: values are decoded from the mapped fi
 from __future__ import annotations
 
 from dataclasses import fields
+from itertools import repeat
 from typing import Any, Generic, Iterator, Sequence
 
 import numpy as np
@@ -112,7 +113,7 @@ class Table(Generic[RowT]):
     def _codes(self, keys: Sequence[str]) -> np.ndarray:
         """`_code` of each key, as an array; the keys not kept are found together, newest segment first."""
         recent = self._recent
-        codes = np.fromiter((recent.get(k, _UNKNOWN) for k in keys), dtype=np.int64, count=len(keys))
+        codes = np.array(list(map(recent.get, keys, repeat(_UNKNOWN))), dtype=np.int64)  # no Python call per key
         unknown = np.flatnonzero(codes == _UNKNOWN)
         if len(unknown):
             todo = [keys[i] for i in unknown.tolist()]
