@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable, Iterable
 
-from hygraph.core.retrieval.context import ContextItem
+from hygraph.core.retrieval.context import ContextItem, LazySources
 
 SECTIONS: dict[str, str] = {
     "summary": "Community summaries",
@@ -149,7 +149,8 @@ def assemble_prompt(question: str, items: Iterable[ContextItem], max_tokens: int
     kept = _within_budget(question, items, max_tokens, count_tokens)
     order = list(SECTIONS)
     placed = sorted(kept, key=lambda it: (order.index(it.kind), -it.score))
-    # An answer cites these: their sources are resolved here (a mode may have left them lazy).
+    # An answer cites these: their sources are resolved here (a mode may have left them lazy), read together.
+    LazySources.prepare_all(it.sources for it in placed)
     numbered = tuple(_numbered(it, i) for i, it in enumerate(placed, 1))
     return AssembledPrompt(system=SYSTEM_PROMPT, user=render_user(question, numbered),
                            items=numbered)

@@ -234,3 +234,25 @@ def test_numbered_items_are_copies_as_replace_makes_them():
         assert list(got) == expected and [type(it) for it in got] == [type(it) for it in expected]
         assert [type(it.sources) for it in got] == [tuple] * 3 and got[0].text == "text of e"
         assert [it.number for it in fresh] == [0, 0, 0]  # the retrieved items are left as they were
+
+
+def test_lazy_sources_of_one_compute_with_prepare_are_prepared_together_before_they_resolve():
+    log = []
+
+    class Passages:  # a compute that reads the passages of many items at once (hypergraph's chunks -> passages)
+        def __call__(self, item_id):
+            log.append(("call", item_id))
+            return (f"p-{item_id}",)
+
+        def prepare(self, calls):
+            log.append(("prepare", [args[0] for args in calls]))
+
+    passages = Passages()
+    items = [ContextItem(f"e{i}", "entity", f"Entity {i}", 0.9 - i / 10, LazySources(passages, f"e{i}"))
+             for i in range(3)]
+    items.append(ContextItem("c", "chunk", "text", 0.1, LazySources(lambda: ("p-c",))))  # no prepare: as before
+    items[1].sources[0]  # resolved already: not prepared again
+    log.clear()
+    prompt = assemble_prompt("q?", items)
+    assert log == [("prepare", ["e0", "e2"]), ("call", "e0"), ("call", "e2")]
+    assert [it.sources for it in prompt.items] == [("p-e0",), ("p-e1",), ("p-e2",), ("p-c",)]

@@ -200,15 +200,20 @@ class _DocOf(_Memo):
     def __init__(self, view: IndexView) -> None:
         super().__init__(view.chunk_doc)
 
-    def of_all(self, chunk_ids: Sequence[str]) -> tuple[str, ...]:
+    def __call__(self, chunk_ids: Sequence[str]) -> tuple[str, ...]:
         """The passages of the chunks, first-mention order, each once."""
         if len(chunk_ids) >= _FILL_FROM:
             self.fill(chunk_ids)
         return tuple(dict.fromkeys(map(self.__getitem__, chunk_ids)))
 
+    def prepare(self, calls: Iterable[tuple[Sequence[str]]]) -> None:
+        """Reads the passages of the chunks of all these calls together (`LazySources.prepare_all`: the prompt's
+        items, one read of the view rather than one per item)."""
+        self.fill(chain.from_iterable(args[0] for args in calls))
+
     def lazy(self, chunk_ids: Sequence[str]) -> LazySources:
-        """`of_all` of an item's chunks, when read: most of the expansion's items miss the prompt budget."""
-        return LazySources(self.of_all, chunk_ids)
+        """Its call on an item's chunks, when read: most of the expansion's items miss the prompt budget."""
+        return LazySources(self, chunk_ids)
 
 
 class _Reads:
