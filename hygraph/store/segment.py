@@ -15,6 +15,7 @@ compared as strings after the hash matches, so a hash collision never mixes two 
 from __future__ import annotations
 
 import hashlib
+from codecs import utf_8_decode as _utf_8_decode
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, overload
@@ -102,6 +103,7 @@ class Strings(Sequence[str]):
         self.offsets, self.data = offsets, data
         # The same offsets read as Python ints: indexing a memoryview costs a third of indexing the array.
         self._at = memoryview(offsets)
+        self._arrow: pa.Array | None = None  # `many`'s Arrow array over the same buffers, made on first use
 
     @classmethod
     def of(cls, array: pa.Array) -> "Strings":
@@ -128,12 +130,18 @@ class Strings(Sequence[str]):
             if row < 0:
                 raise IndexError(row)
         # Past the end, _at[row + 1] raises the IndexError that ends an iteration. Decoded from the mapped
-        # bytes in place (no copy into a bytes object first).
+        # bytes in place (no copy into a bytes object first), by the codec's own function (final: a cut
+        # character raises as str() would), cheaper than str(view, "utf-8").
         at = self._at
-        return str(self.data[at[row]:at[row + 1]], "utf-8")
+        return _utf_8_decode(self.data[at[row]:at[row + 1]], "strict", True)[0]
 
     def many(self, rows: np.ndarray) -> list[str]:
-        return [self[row] for row in rows.tolist()]
+        """The strings of these rows: one Arrow take and conversion over the same buffers (no copy of them), a
+        tenth of the cost of decoding row by row from a few dozen rows on."""
+        if self._arrow is None:
+            self._arrow = pa.LargeStringArray.from_buffers(len(self), pa.py_buffer(self.offsets),
+                                                           pa.py_buffer(self.data))
+        return self._arrow.take(rows).to_pylist()
 
     def part(self, start: int, stop: int) -> "Strings":
         return Strings(self.offsets[start:stop + 1], self.data)

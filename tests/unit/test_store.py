@@ -323,3 +323,12 @@ def test_strings_compared_together_compare_as_each_alone():
     assert strings.equals_many(rows, keys).tolist() == [strings.equals(r, k) for r, k in zip(rows.tolist(), keys)]
     assert strings.equals_many(rows, keys).tolist() == [True, True, True, False, True, False, True, False, False]
     assert strings.equals_many(np.zeros(0, np.int64), []).tolist() == []
+
+
+def test_strings_read_together_read_as_each_alone():
+    array = pa.array(["x", "ab", "", "東京", None, "y" * 300], pa.string()).slice(1)  # an offset, a null: ""
+    strings = segment.Strings.of(array)
+    rows = np.array([3, 0, 2, 0, 4, 1])
+    assert strings.many(rows) == [strings[r] for r in rows.tolist()] == ["", "ab", "東京", "ab", "y" * 300, ""]
+    assert strings.part(1, 4).many(np.array([2, 0])) == ["", ""] and strings.part(2, 4).many(np.array([0])) == ["東京"]
+    assert strings.many(np.zeros(0, np.int64)) == []
