@@ -120,10 +120,11 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     return Context(
         chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], fused_scores[rank[cid]], (kept[cid],))
                 for cid in sorted(kept, key=rank.__getitem__)],
-        # Texts are read when used: the prompt budget keeps the best-scored hundred or so of the hundreds of items.
-        entities=[LazyTextItem.deferred(u, "entity", entity_text, s, doc_of.lazy(reads.entity_chunks[u]))
+        # Texts and sources (`doc_of` of the item's chunks) are read when used: the prompt budget keeps the
+        # best-scored hundred or so of the hundreds of items.
+        entities=[LazyTextItem.deferred(u, "entity", entity_text, s, LazySources(doc_of, reads.entity_chunks[u]))
                   for u, s in _best_first(entity_score.items())],
-        hyperedges=[LazyTextItem.deferred(e, "hyperedge", edge_text, s, doc_of.lazy(reads.edge_chunks[e]),
+        hyperedges=[LazyTextItem.deferred(e, "hyperedge", edge_text, s, LazySources(doc_of, reads.edge_chunks[e]),
                                           links=tuple(reads.members[e]))
                     for e, s in _best_first(edge_score.items())],
         passages=passages,
@@ -210,10 +211,6 @@ class _DocOf(_Memo):
         """Reads the passages of the chunks of all these calls together (`LazySources.prepare_all`: the prompt's
         items, one read of the view rather than one per item)."""
         self.fill(chain.from_iterable(args[0] for args in calls))
-
-    def lazy(self, chunk_ids: Sequence[str]) -> LazySources:
-        """Its call on an item's chunks, when read: most of the expansion's items miss the prompt budget."""
-        return LazySources(self, chunk_ids)
 
 
 class _Reads:
