@@ -8,6 +8,7 @@ segments small. Reads never copy a column: values are decoded from the mapped fi
 from __future__ import annotations
 
 from dataclasses import fields
+from itertools import repeat
 from typing import Any, Generic, Iterator, Sequence
 
 import numpy as np
@@ -98,11 +99,12 @@ class Table(Generic[RowT]):
         """`value_or` of each key: the keys located together (one hash search per segment for those not kept),
         and the values read together from each segment's column (one numpy or Arrow read, not one per key)."""
         codes = self._codes(keys)
-        out: list[Any] = [default] * len(keys)
         live = np.flatnonzero(codes != _ABSENT)
-        if not len(live):
-            return out
         places, rows = np.divmod(codes[live], _ROWS)
+        if len(live) == len(keys) and len(keys) and (places == places[0]).all():
+            # Every key a row of one segment (most reads): its column's values are the answer, in key order.
+            return self.segments[int(places[0])].column(column).many(rows)
+        out: list[Any] = [default] * len(keys)
         for at in np.unique(places).tolist():
             mine = places == at
             for i, value in zip(live[mine].tolist(), self.segments[at].column(column).many(rows[mine])):
@@ -112,7 +114,7 @@ class Table(Generic[RowT]):
     def _codes(self, keys: Sequence[str]) -> np.ndarray:
         """`_code` of each key, as an array; the keys not kept are found together, newest segment first."""
         recent = self._recent
-        codes = np.fromiter((recent.get(k, _UNKNOWN) for k in keys), dtype=np.int64, count=len(keys))
+        codes = np.array(list(map(recent.get, keys, repeat(_UNKNOWN))), dtype=np.int64)  # no Python call per key
         unknown = np.flatnonzero(codes == _UNKNOWN)
         if len(unknown):
             todo = [keys[i] for i in unknown.tolist()]

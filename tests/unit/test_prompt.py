@@ -218,3 +218,41 @@ def test_the_budget_makes_the_text_of_the_lazy_items_it_reaches_only():
     # The kept items and the first one that did not fit.
     assert made == [f"e{i}" for i in range(len(kept) + 1)]
     assert [it.text for it in kept] == [f"Entity number e{i}" for i in range(len(kept))]
+
+
+def test_numbered_items_are_copies_as_replace_makes_them():
+    text_of = {"e": "text of e", "f": "text of f"}.__getitem__
+    items = [ContextItem("c", "chunk", "chunk text", 0.9, LazySources(lambda: ["p1"]), links=("x",)),
+             LazyTextItem.deferred("e", "entity", text_of, 0.5, ("p2",), links=("a", "b")),
+             LazyTextItem.deferred("f", "entity", text_of, 0.4, LazySources(lambda: ["p3", "p4"]))]
+    expected = [replace(items[1], number=1, sources=("p2",)), replace(items[2], number=2, sources=("p3", "p4")),
+                replace(items[0], number=3, sources=("p1",))]
+    for max_tokens in (None, 10_000):  # without a budget no text is read before numbering
+        fresh = [replace(it) if not isinstance(it, LazyTextItem) else
+                 LazyTextItem.deferred(it.id, it.kind, text_of, it.score, it.sources, it.links) for it in items]
+        got = assemble_prompt("q?", fresh, max_tokens=max_tokens).items
+        assert list(got) == expected and [type(it) for it in got] == [type(it) for it in expected]
+        assert [type(it.sources) for it in got] == [tuple] * 3 and got[0].text == "text of e"
+        assert [it.number for it in fresh] == [0, 0, 0]  # the retrieved items are left as they were
+
+
+def test_lazy_sources_of_one_compute_with_prepare_are_prepared_together_before_they_resolve():
+    log = []
+
+    class Passages:  # a compute that reads the passages of many items at once (hypergraph's chunks -> passages)
+        def __call__(self, item_id):
+            log.append(("call", item_id))
+            return (f"p-{item_id}",)
+
+        def prepare(self, calls):
+            log.append(("prepare", [args[0] for args in calls]))
+
+    passages = Passages()
+    items = [ContextItem(f"e{i}", "entity", f"Entity {i}", 0.9 - i / 10, LazySources(passages, f"e{i}"))
+             for i in range(3)]
+    items.append(ContextItem("c", "chunk", "text", 0.1, LazySources(lambda: ("p-c",))))  # no prepare: as before
+    items[1].sources[0]  # resolved already: not prepared again
+    log.clear()
+    prompt = assemble_prompt("q?", items)
+    assert log == [("prepare", ["e0", "e2"]), ("call", "e0"), ("call", "e2")]
+    assert [it.sources for it in prompt.items] == [("p-e0",), ("p-e1",), ("p-e2",), ("p-c",)]

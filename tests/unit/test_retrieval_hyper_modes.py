@@ -30,7 +30,7 @@ from hygraph.core.retrieval import hyperbolic as hyperbolic_module
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
 from hygraph.core.retrieval.context import pool_size
 from hygraph.core.retrieval.hyperbolic import hyperbolic
-from hygraph.core.retrieval.hypergraph import hypergraph
+from hygraph.core.retrieval.hypergraph import _reciprocal_rank_fusion, hypergraph
 from hygraph.core.retrieval.linking import link_entities
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
@@ -273,6 +273,16 @@ def test_graph_evidence_is_spread_over_an_items_chunks() -> None:
     # alpha 0.9 over five mentions gives each 0.18; zed (0.9 via h, times 0.5) gives its one
     # mention 0.45: the rare entity's passage outranks the hub's, whatever the dense order says.
     assert [p.id for p in ctx.passages] == ["doc-top", "doc-b", "doc-a1"]
+
+
+def test_reciprocal_rank_fusion_sums_the_terms_of_both_lists() -> None:
+    ids, scores = _reciprocal_rank_fusion(["x", "a"], ["a", "b", "c"])
+    top = 2 / 61
+    assert ids == ["a", "x", "b", "c"]
+    assert scores == [(1 / 61 + 1 / 62) / top, (1 / 61) / top, (1 / 62) / top, (1 / 63) / top]
+    # A tie on score goes to the dense list: graph rank 2 and dense rank 2 score alike.
+    assert _reciprocal_rank_fusion(["d", "y"], ["d", "g"])[0] == ["d", "y", "g"]
+    assert _reciprocal_rank_fusion([], []) == ([], [])
 
 
 def test_fusion_without_graph_evidence_is_the_dense_ranking() -> None:

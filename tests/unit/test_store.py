@@ -5,6 +5,7 @@ import multiprocessing as mp
 import os
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from hygraph.errors import InputError, StoreError
@@ -137,6 +138,7 @@ def test_many_keys_read_together_read_what_each_read_alone_does(tmp_path, monkey
 
     if colliding:  # every key hashes alike: found by comparing the strings
         monkeypatch.setattr(segment, "key_hash", lambda key: 42)
+        monkeypatch.setattr(segment, "hashes", lambda keys: np.full(len(list(keys)), 42, np.int64))
         monkeypatch.setattr(table_module, "key_hash", lambda key: 42)
         monkeypatch.setattr(table_module, "hashes", lambda keys: np.full(len(list(keys)), 42, np.int64))
     store = IndexStore(tmp_path, create=True)
@@ -306,3 +308,27 @@ def test_segment_sizes_are_asked_of_the_store_once(tmp_path):
     store.objects.size = lambda key: asked.append(key) or size(key)  # type: ignore[method-assign]
     assert store.segment_bytes("chunks", "000001-0") == 10 and len(asked) == 3
     assert store.segment_bytes("chunks", "000001-0") == 10 and len(asked) == 3  # immutable: not asked again
+
+
+def test_hashes_of_many_keys_are_each_keys_hash():
+    keys = ["a", "", "東京", "d1:0", "x" * 300]
+    assert segment.hashes(keys).tolist() == [segment.key_hash(k) for k in keys]
+    assert segment.hashes([]).dtype == np.int64 and len(segment.hashes([])) == 0
+
+
+def test_strings_compared_together_compare_as_each_alone():
+    strings = segment.Strings.of(pa.array(["ab", "", "東京", "abc", "ab"], pa.large_string()))
+    rows = np.array([0, 1, 2, 3, 4, 0, 3, 2, 1])
+    keys = [b"ab", b"", "東京".encode(), b"abd", b"ab", b"a", b"abc", "東".encode(), b"x"]
+    assert strings.equals_many(rows, keys).tolist() == [strings.equals(r, k) for r, k in zip(rows.tolist(), keys)]
+    assert strings.equals_many(rows, keys).tolist() == [True, True, True, False, True, False, True, False, False]
+    assert strings.equals_many(np.zeros(0, np.int64), []).tolist() == []
+
+
+def test_strings_read_together_read_as_each_alone():
+    array = pa.array(["x", "ab", "", "東京", None, "y" * 300], pa.string()).slice(1)  # an offset, a null: ""
+    strings = segment.Strings.of(array)
+    rows = np.array([3, 0, 2, 0, 4, 1])
+    assert strings.many(rows) == [strings[r] for r in rows.tolist()] == ["", "ab", "東京", "ab", "y" * 300, ""]
+    assert strings.part(1, 4).many(np.array([2, 0])) == ["", ""] and strings.part(2, 4).many(np.array([0])) == ["東京"]
+    assert strings.many(np.zeros(0, np.int64)) == []

@@ -56,6 +56,18 @@ class LazySources(Sequence[str]):
         self._args = args
         self._ids: tuple[str, ...] = ()
 
+    @staticmethod
+    def prepare_all(sources: Iterable[Sequence[str]]) -> None:
+        """Lets the compute functions of the unresolved LazySources among `sources` read what they need together
+        before each is resolved: one that has a `prepare` method is given the arguments of all its calls at
+        once (hypergraph's passages of chunks: one read of the view for all of a prompt's items)."""
+        calls: dict[int, tuple[Any, list[tuple[Any, ...]]]] = {}
+        for lazy in sources:
+            if isinstance(lazy, LazySources) and hasattr(lazy._compute, "prepare"):
+                calls.setdefault(id(lazy._compute), (lazy._compute, []))[1].append(lazy._args)
+        for compute, args in calls.values():
+            compute.prepare(args)
+
     def _resolved(self) -> tuple[str, ...]:
         if self._compute is not None:
             self._ids, self._compute, self._args = tuple(self._compute(*self._args)), None, ()

@@ -105,24 +105,26 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
         if dense_ranking[0] in evidence:  # evidence's chunks are distinct: it is in the ranking once
             graph_ranking.remove(dense_ranking[0])
         graph_ranking.insert(0, dense_ranking[0])
-    fused = _reciprocal_rank_fusion(dense_ranking, graph_ranking)
+    fused, fused_scores = _reciprocal_rank_fusion(dense_ranking, graph_ranking)
     # Hub entities spread evidence over thousands of chunks: each chunk's passage is looked up once, only
     # until k passages are found, and the chunk items are the fused chunks of those passages, found from
     # the passages' chunk lists rather than by looking up the passage of every fused chunk.
     doc_of = _DocOf(view)
     entity_text, edge_text = partial(_entity_text, view), view.hyperedge_text.__getitem__
     passages = passages_from_chunks(
-        (ContextItem(cid, "chunk", "", score, (doc_of[cid],)) for cid, score in fused), view.titles, k)
-    place = {cid: (rank, score) for rank, (cid, score) in enumerate(fused)}
-    kept = {cid: p.id for p in passages for cid in view.doc_chunks.get(p.id, ()) if cid in place}
+        (ContextItem(cid, "chunk", "", score, (doc_of[cid],)) for cid, score in zip(fused, fused_scores)),
+        view.titles, k)
+    rank = dict(zip(fused, range(len(fused))))
+    kept = {cid: p.id for p in passages for cid in view.doc_chunks.get(p.id, ()) if cid in rank}
 
     return Context(
-        chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], place[cid][1], (kept[cid],))
-                for cid in sorted(kept, key=lambda cid: place[cid][0])],
-        # Texts are read when used: the prompt budget keeps the best-scored hundred or so of the hundreds of items.
-        entities=[LazyTextItem.deferred(u, "entity", entity_text, s, doc_of.lazy(reads.entity_chunks[u]))
+        chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], fused_scores[rank[cid]], (kept[cid],))
+                for cid in sorted(kept, key=rank.__getitem__)],
+        # Texts and sources (`doc_of` of the item's chunks) are read when used: the prompt budget keeps the
+        # best-scored hundred or so of the hundreds of items.
+        entities=[LazyTextItem.deferred(u, "entity", entity_text, s, LazySources(doc_of, reads.entity_chunks[u]))
                   for u, s in _best_first(entity_score.items())],
-        hyperedges=[LazyTextItem.deferred(e, "hyperedge", edge_text, s, doc_of.lazy(reads.edge_chunks[e]),
+        hyperedges=[LazyTextItem.deferred(e, "hyperedge", edge_text, s, LazySources(doc_of, reads.edge_chunks[e]),
                                           links=tuple(reads.members[e]))
                     for e, s in _best_first(edge_score.items())],
         passages=passages,
@@ -147,19 +149,21 @@ def _spread(evidence: dict[str, float], scored: Iterable[tuple[Sequence[str], fl
                 evidence[cid] = get(cid, 0.0) + share
 
 
-def _reciprocal_rank_fusion(dense_ranking: list[str], graph_ranking: list[str]) -> list[tuple[str, float]]:
-    # One addition per chunk of both lists (the dense list is k long, the graph list hundreds).
-    graph_rank = {cid: r for r, cid in enumerate(graph_ranking, 1)}
-    dense_rank = {cid: r for r, cid in enumerate(dense_ranking, 1)}
-    fused = {cid: 1.0 / (_RRF_C + r) for cid, r in graph_rank.items()}
-    for cid, r in dense_rank.items():
-        fused[cid] = 1.0 / (_RRF_C + r) + fused.get(cid, 0.0)
-    top = 2.0 / (_RRF_C + 1)
-    # Sorted as tuples (compared in C, no key call per chunk). No two chunks share a (score, dense rank, graph
-    # rank) key, as every chunk has a rank of its own in one list, so the id after it never decides the order.
-    inf = np.inf
-    order = sorted([(-f, dense_rank.get(cid, inf), graph_rank.get(cid, inf), cid) for cid, f in fused.items()])
-    return [(cid, -neg / top) for neg, _, _, cid in order]
+def _reciprocal_rank_fusion(dense_ranking: list[str], graph_ranking: list[str]) -> tuple[list[str], list[float]]:
+    """The fused chunks, best first, and their scores (over the maximum 2 / (c + 1)); each list's chunks are
+    distinct. In arrays, for the graph list's hundreds of chunks: a chunk missing from a list has rank inf there,
+    whose term 1 / (c + inf) is 0.0, so a chunk's score is the same float as the sum of its terms."""
+    place = dict(zip(graph_ranking, range(len(graph_ranking))))
+    ids = graph_ranking + [cid for cid in dense_ranking if cid not in place]
+    place.update(zip(ids[len(graph_ranking):], range(len(graph_ranking), len(ids))))
+    graph_rank, dense_rank = np.full(len(ids), np.inf), np.full(len(ids), np.inf)
+    graph_rank[:len(graph_ranking)] = np.arange(1, len(graph_ranking) + 1)
+    dense_rank[[place[cid] for cid in dense_ranking]] = np.arange(1, len(dense_ranking) + 1)
+    fused = 1.0 / (_RRF_C + graph_rank) + 1.0 / (_RRF_C + dense_rank)
+    # Best score first, then the better dense rank, then the better graph rank: no two chunks share all three,
+    # as every chunk has a rank of its own in one list.
+    order = np.lexsort((graph_rank, dense_rank, -fused))
+    return [ids[i] for i in order.tolist()], (fused[order] / (2.0 / (_RRF_C + 1))).tolist()
 
 
 def _best_first(scored: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -197,15 +201,16 @@ class _DocOf(_Memo):
     def __init__(self, view: IndexView) -> None:
         super().__init__(view.chunk_doc)
 
-    def of_all(self, chunk_ids: Sequence[str]) -> tuple[str, ...]:
+    def __call__(self, chunk_ids: Sequence[str]) -> tuple[str, ...]:
         """The passages of the chunks, first-mention order, each once."""
         if len(chunk_ids) >= _FILL_FROM:
             self.fill(chunk_ids)
         return tuple(dict.fromkeys(map(self.__getitem__, chunk_ids)))
 
-    def lazy(self, chunk_ids: Sequence[str]) -> LazySources:
-        """`of_all` of an item's chunks, when read: most of the expansion's items miss the prompt budget."""
-        return LazySources(self.of_all, chunk_ids)
+    def prepare(self, calls: Iterable[tuple[Sequence[str]]]) -> None:
+        """Reads the passages of the chunks of all these calls together (`LazySources.prepare_all`: the prompt's
+        items, one read of the view rather than one per item)."""
+        self.fill(chain.from_iterable(args[0] for args in calls))
 
 
 class _Reads:
