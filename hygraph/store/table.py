@@ -21,9 +21,6 @@ RECENT = 4096  # key locations a table keeps (a hundred bytes or so each)
 _ROWS = 1 << 40  # a kept location's segment place is its multiple of this, the row the rest
 _ABSENT = -1  # a kept location: no live row
 _UNKNOWN = -2  # `_codes`: a key whose location is not kept
-# Below this many keys, `values_or` reads key by key: its array work costs a few dozen microseconds a call, as much
-# as about eight single lookups.
-_FEW = 8
 _MISSING = object()  # `value`'s default: no stored value is this object
 
 
