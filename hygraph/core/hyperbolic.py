@@ -505,7 +505,6 @@ def query_vector(point: np.ndarray) -> np.ndarray:
     return t
 
 
-
 def sample_present(ids: Sequence[str | None], k: int, rng: np.random.Generator, exclude: set[str]) -> list[str]:
     """Up to `k` distinct ids drawn uniformly from those of `ids` that are present (not None: a removed chunk's
     number) and not in `exclude`, in their order in `ids`: an online step's negatives.

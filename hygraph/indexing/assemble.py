@@ -340,11 +340,11 @@ class Built:
                            stats={"edges": graph_stage.edge_counts(self.graph)})
         manifest.stats["edges"] = tables.stats(GRAPH)["edges"]
         if self.hier is not None:
-            summaries, parents, planes = self.hier.rows()
-            for artifact, made in ((SUMMARIES, summaries), (PARENTS, parents), (HYPERPLANES, planes)):
-                if not tables.has(artifact):
-                    tables.replace(artifact, made, dims)
-            counts["summaries"] = len(summaries)
+            if not all(tables.has(a) for a in (SUMMARIES, PARENTS, HYPERPLANES)):
+                for artifact, made in zip((SUMMARIES, PARENTS, HYPERPLANES), self.hier.rows()):
+                    if not tables.has(artifact):
+                        tables.replace(artifact, made, dims)
+            counts["summaries"] = tables.rows(SUMMARIES)
             manifest.stats.update(hierarchy.stats(self.hier.layers, [len(ch) for ch in self.hier.children]))
             manifest.hierarchy = HierarchyInfo(self.hier.partitioner, self.hier.n_layers,
                                                manifest.stats["segments_per_layer"])
