@@ -5,6 +5,7 @@ Loads the index once (QueryEngine), then for each mode runs `QueryPipeline.retri
 query, and, for a managed local Milvus (`vector_store.uri` embedded or lite), the CPU its server process tree spent
 over the same queries (`store_cpu_ms_per_query`): each search costs the server CPU that the query process's figure
 leaves out, and a served query pays both.
+`--answer` runs what a served `/v1/query` runs in its replica: retrieval, the answer role and the response's JSON.
 `--profile MODE` prints the top of a cProfile of that mode instead.
 
     python loadtests/bench_mode_cpu.py --index-dir /tmp/mq \
@@ -51,6 +52,7 @@ def main() -> None:
     ap.add_argument("--config", default=None)
     ap.add_argument("--modes", default=",".join(MODE_NAMES))
     ap.add_argument("--profile", default=None, help="a mode to profile (cProfile, by own time)")
+    ap.add_argument("--answer", action="store_true", help="answer too, and make the response's JSON, as served")
     args = ap.parse_args()
     cfg = load_config(args.config)
     questions = [json.loads(line)["question"] for line in open(args.questions)][:args.questions_n]
@@ -63,13 +65,20 @@ def main() -> None:
 
     try:
         for mode in [args.profile] if args.profile else args.modes.split(","):
-            pipeline.retrieve(QueryRequest.make(cfg.retrieval, questions[0], mode))  # warm-up: lazy loads
+            def query(question: str) -> None:
+                req = QueryRequest.make(cfg.retrieval, question, mode)
+                if args.answer:
+                    json.dumps(pipeline.run(req).to_json())
+                else:
+                    pipeline.retrieve(req)
+
+            query(questions[0])  # warm-up: lazy loads
             profile = cProfile.Profile(timer=time.process_time) if args.profile else None
             cpu, wall, store_cpu = time.process_time(), time.perf_counter(), store_cpu_s()
             if profile:
                 profile.enable()
             for q in questions:
-                pipeline.retrieve(QueryRequest.make(cfg.retrieval, q, mode))
+                query(q)
             if profile:
                 profile.disable()
                 pstats.Stats(profile).sort_stats("tottime").print_stats(25)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable, Iterable
 
-from hygraph.core.retrieval.context import ContextItem, LazySources
+from hygraph.core.retrieval.context import ContextItem, LazySources, LazyTextItem
 
 SECTIONS: dict[str, str] = {
     "summary": "Community summaries",
@@ -37,6 +37,9 @@ _INSTRUCTION = (
     "Answer the question using only the context above and cite the item numbers you used. "
     f'If the context is not sufficient, reply "{INSUFFICIENT}".'
 )
+# The lazy texts (hypergraph's entities and facts) of the best-scored items are made this many at a time, in one read
+# each, while the budget admits items: a couple of hundred fit, of up to a thousand retrieved.
+_TEXTS_AT_ONCE = 64
 _CONTEXT_HEAD = "Context:"
 _NO_CONTEXT = "(no context retrieved)"
 
@@ -117,7 +120,9 @@ def _within_budget(question: str, items: list[ContextItem], max_tokens: int | No
         ranked.insert(0, best_chunk)
     kept: list[ContextItem] = []
     sections: set[str] = set()
-    for item in ranked:
+    for at, item in enumerate(ranked):
+        if at % _TEXTS_AT_ONCE == 0:
+            LazyTextItem.prepare_texts(ranked[at:at + _TEXTS_AT_ONCE])
         extra = line_cost(item)
         if item.kind not in sections:
             extra += count_tokens(_section_header(item.kind))
@@ -149,7 +154,8 @@ def assemble_prompt(question: str, items: Iterable[ContextItem], max_tokens: int
     kept = _within_budget(question, items, max_tokens, count_tokens)
     order = list(SECTIONS)
     placed = sorted(kept, key=lambda it: (order.index(it.kind), -it.score))
-    # An answer cites these: their sources are resolved here (a mode may have left them lazy), read together.
+    # An answer cites these: their texts and sources are made here (a mode may have left them lazy), read together.
+    LazyTextItem.prepare_texts(placed)
     LazySources.prepare_all(it.sources for it in placed)
     numbered = tuple(_numbered(it, i) for i, it in enumerate(placed, 1))
     return AssembledPrompt(system=SYSTEM_PROMPT, user=render_user(question, numbered),

@@ -220,6 +220,33 @@ def test_the_budget_makes_the_text_of_the_lazy_items_it_reaches_only():
     assert [it.text for it in kept] == [f"Entity number e{i}" for i in range(len(kept))]
 
 
+def test_lazy_texts_whose_function_reads_many_are_made_in_blocks_of_the_items_the_budget_reaches():
+    log: list[tuple[str, list[str]]] = []
+
+    class Names:  # a text function that reads many ids at once (a served view's entity names)
+        def __call__(self, item_id: str) -> str:
+            log.append(("one", [item_id]))
+            return f"Entity number {item_id}"
+
+        def many(self, item_ids: list[str]) -> list[str]:
+            log.append(("many", list(item_ids)))
+            return [f"Entity number {i}" for i in item_ids]
+
+    names = Names()
+    items = [ContextItem("doc-1", "chunk", "Passage about Prague Castle.", 0.9, ("doc-1",)),
+             *(LazyTextItem.deferred(f"e{i:03d}", "entity", names, 0.8 - i / 1000) for i in range(200))]
+    items[3].text  # made already: not read again
+    log.clear()
+    empty = prompt_tokens(assemble_prompt("q?", [], count_tokens=tokens))
+    prompt = assemble_prompt("q?", items, max_tokens=empty + 400, count_tokens=tokens)
+    kept = [it for it in prompt.items if it.kind == "entity"]
+    assert 64 < len(kept) < 128  # the budget stops within the second block
+    # Ranked best first, the chunk leads: blocks of 64 ranked items, the chunk's and the made text left out.
+    assert log == [("many", [f"e{i:03d}" for i in range(63) if i != 2]),
+                   ("many", [f"e{i:03d}" for i in range(63, 127)])]
+    assert [it.text for it in kept] == [f"Entity number e{i:03d}" for i in range(len(kept))]
+
+
 def test_numbered_items_are_copies_as_replace_makes_them():
     text_of = {"e": "text of e", "f": "text of f"}.__getitem__
     items = [ContextItem("c", "chunk", "chunk text", 0.9, LazySources(lambda: ["p1"]), links=("x",)),

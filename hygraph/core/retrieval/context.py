@@ -115,6 +115,10 @@ class ContextItem:
     links: Sequence[str] = ()
 
 
+# Every item class is ContextItem or a subclass that adds no field (a query's response lists hundreds of items).
+_ITEM_FIELDS = tuple(f.name for f in fields(ContextItem))
+
+
 class LazyTextItem(ContextItem):
     """A ContextItem whose text is made on first read: hypergraph's expansion returns hundreds of entities, and
     the prompt budget (core/prompt.py) reads the text of the best-scored ones only. Everything else reads it
@@ -131,6 +135,19 @@ class LazyTextItem(ContextItem):
         item = cls(id, kind, "", score, sources, links=links)
         item._text_of = text_of
         return item
+
+    @staticmethod
+    def prepare_texts(items: Iterable[ContextItem]) -> None:
+        """Makes the texts of the lazy items among `items` not made yet, in one call per text function that has a
+        `many` method (ids -> their texts): the prompt reads the texts of a couple of hundred best-scored items
+        (hypergraph's entities), and a served view reads many keys in one call for less than a few alone."""
+        pending: dict[int, tuple[Any, list[LazyTextItem]]] = {}
+        for item in items:
+            if isinstance(item, LazyTextItem) and item._text_of is not None and hasattr(item._text_of, "many"):
+                pending.setdefault(id(item._text_of), (item._text_of, []))[1].append(item)
+        for text_of, todo in pending.values():
+            for item, text in zip(todo, text_of.many([it.id for it in todo])):
+                item.text = text
 
     @property  # type: ignore[override]
     def text(self) -> str:
@@ -155,7 +172,7 @@ class LazyTextItem(ContextItem):
 
 
 def _item_fields(item: ContextItem) -> tuple[Any, ...]:
-    return tuple(getattr(item, f.name) for f in fields(ContextItem))
+    return tuple(getattr(item, name) for name in _ITEM_FIELDS)
 
 
 @dataclass
@@ -199,7 +216,7 @@ class Context:
 
 
 def _item_dict(item: ContextItem) -> dict[str, Any]:
-    out = {f.name: getattr(item, f.name) for f in fields(item)}
+    out = {name: getattr(item, name) for name in _ITEM_FIELDS}
     out["sources"] = tuple(item.sources)
     out["links"] = tuple(item.links)
     return out

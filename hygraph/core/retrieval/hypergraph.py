@@ -29,7 +29,6 @@ chunks score in (0, 1] like the entity and hyperedge items they share a prompt b
 
 from __future__ import annotations
 
-from functools import partial
 from itertools import chain
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -110,7 +109,7 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     # until k passages are found, and the chunk items are the fused chunks of those passages, found from
     # the passages' chunk lists rather than by looking up the passage of every fused chunk.
     doc_of = _DocOf(view)
-    entity_text, edge_text = partial(_entity_text, view), view.hyperedge_text.__getitem__
+    entity_text, edge_text = _EntityText(view), _Texts(view.hyperedge_text)
     passages = passages_from_chunks(
         (ContextItem(cid, "chunk", "", score, (doc_of[cid],)) for cid, score in zip(fused, fused_scores)),
         view.titles, k)
@@ -171,8 +170,34 @@ def _best_first(scored: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
     return sorted(scored, key=itemgetter(1), reverse=True)
 
 
-def _entity_text(view: IndexView, entity_id: str) -> str:
-    name, desc = view.entity_name[entity_id], view.entity_desc.get(entity_id, "")
+class _Texts:
+    """The text of an item, or of many in one read of the view (`LazyTextItem.prepare_texts`: the prompt's)."""
+
+    def __init__(self, field: Mapping[str, str]) -> None:
+        self.field = field
+
+    def __call__(self, item_id: str) -> str:
+        return self.field[item_id]
+
+    def many(self, item_ids: Sequence[str]) -> list[str]:
+        return read_many(self.field, item_ids)
+
+
+class _EntityText(_Texts):
+    """An entity's text: "name: description", or its name alone when it has none."""
+
+    def __init__(self, view: IndexView) -> None:
+        super().__init__(view.entity_name)
+        self.desc = view.entity_desc
+
+    def __call__(self, item_id: str) -> str:
+        return _joined(self.field[item_id], self.desc.get(item_id, ""))
+
+    def many(self, item_ids: Sequence[str]) -> list[str]:
+        return list(map(_joined, read_many(self.field, item_ids), read_many(self.desc, item_ids, "")))
+
+
+def _joined(name: str, desc: str) -> str:
     return f"{name}: {desc}" if desc else name
 
 
