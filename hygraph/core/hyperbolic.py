@@ -327,16 +327,17 @@ class _RiemannianAdam:
         self.v = torch.zeros(param.shape[0], 1, dtype=param.dtype, device=param.device)
         self.t = torch.zeros(param.shape[0], 1, dtype=param.dtype, device=param.device)
 
-    def step(self, rows: torch.Tensor) -> None:
+    def step(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
+        """Moves `rows` (distinct) of the parameter along `grad`, their Euclidean gradient, one row each."""
         import torch
 
         with torch.no_grad():
-            self._step(rows)
+            self._step(rows, grad)
 
-    def _step(self, rows: torch.Tensor) -> None:
+    def _step(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
         b1, b2 = self.betas
         x = self.param[rows]
-        g = _rgrad(x, self.param.grad[rows])
+        g = _rgrad(x, grad)
         lam2 = (2 / (1 - _sqnorm(x))) ** 2
         m = b1 * self.m[rows] + (1 - b1) * g
         v = b2 * self.v[rows] + (1 - b2) * lam2 * _sqnorm(g)
@@ -361,7 +362,6 @@ def _fit(points: np.ndarray, u: np.ndarray, v: np.ndarray, trainable: np.ndarray
     dev = torch.device(device)
     base = torch.from_numpy(points).to(dev)
     param = _project(base[torch.from_numpy(train_idx).to(dev)].clone())
-    param.requires_grad_(True)
     opt = _RiemannianAdam(param, lr)
     for batch in batches:
         bu, bv = u[batch], v[batch]
@@ -373,13 +373,16 @@ def _fit(points: np.ndarray, u: np.ndarray, v: np.ndarray, trainable: np.ndarray
         prow = param_row[ids]
         slots = np.flatnonzero(prow >= 0)
         rows = torch.from_numpy(prow[slots]).to(dev)
-        table = base[torch.from_numpy(ids).to(dev)].index_put((torch.from_numpy(slots).to(dev),), param[rows])
+        # The batch's trainable rows as a leaf of their own: its gradient is (rows, dim). A gradient taken
+        # through `param[rows]` would be a dense (trainable rows, dim) tensor, zeroed and filled every batch,
+        # which made training quadratic in the corpus (batches grow with it, and so did each one's cost).
+        moving = param[rows].requires_grad_(True)
+        table = base[torch.from_numpy(ids).to(dev)].index_put((torch.from_numpy(slots).to(dev),), moving)
         local = [torch.from_numpy(np.searchsorted(ids, a)).to(dev) for a in (bu, bv, neg)]
         loss = _loss(table, *local, torch.from_numpy(valid).to(dev))
-        param.grad = None
         loss.backward()
-        opt.step(rows)
-    return param.detach().cpu().numpy()
+        opt.step(rows, moving.grad)
+    return param.cpu().numpy()
 
 
 def _epoch_batches(n_pos: int, epochs: int, batch_size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
