@@ -1,10 +1,13 @@
-"""How the build's two pair searches grow with the corpus: chunk-chunk edges and explicit hyperbolic edges.
+"""How the build's two pair searches grow with the corpus: chunk-chunk edges and explicit hyperbolic edges, and
+the Poincaré training over the explicit edges.
 
     python loadtests/bench_edges.py --corpus composed --sizes 25000,50000,100000,200000 --baseline /work/main
 
 Times `build_hybrid_graph` over the chunk-entity incidence (no relations or hyperedges: the pair search is
-the part that grows) and `explicit_edges` over the key terms, with this checkout's code and configured hub
-caps, and with the same functions of `--baseline` (another checkout, e.g. main before the caps) up to
+the part that grows), `explicit_edges` over the key terms and `train_poincare` over those edges (the
+configured epochs, batch and negatives, from random text vectors, on one thread as a 1-CPU Ray worker runs
+it), with this checkout's code and configured hub caps, and with the same functions of `--baseline` (another
+checkout, e.g. main before a change; with the same hub caps where its functions take them) up to
 `--baseline-max` passages. Reports seconds, edges, the share of the baseline's edges kept, and the time
 exponent between successive sizes (log t2/t1 / log n2/n1). Times are CPU seconds of the process.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -127,6 +131,17 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.process_time() - t0
 
 
+def _caps(fn: Callable[..., Any], **caps: int) -> dict[str, int]:
+    """The hub caps that `fn` (a baseline's) takes: one from before the caps takes none."""
+    return {name: value for name, value in caps.items() if name in inspect.signature(fn).parameters}
+
+
+def _train(module: ModuleType, init: np.ndarray, edges: np.ndarray, cfg: Any) -> np.ndarray:
+    h = cfg.hyperbolic
+    return module.train_poincare(init, edges, epochs=h.epochs, lr=h.lr, negatives=h.negatives,
+                                 batch_size=h.batch_size, seed=h.seed)
+
+
 def _cc_edges(g: graph.HybridGraph) -> set[tuple[int, int]]:
     adj = g.adjacency.tocoo()
     n = len(g.chunk_ids)
@@ -146,6 +161,9 @@ def measure(corpus: Composed | Renamed, n: int, cfg: Any, base: dict[str, Module
         hub_chunks=cfg.graph.hub_chunks))
     e, row["hyperbolic_s"] = _timed(lambda: hyperbolic.explicit_edges(
         terms, theta=cfg.hyperbolic.theta, max_neighbors=cfg.hyperbolic.max_neighbors, hub_df=cfg.hyperbolic.hub_df))
+    init = hyperbolic.init_from_text(np.random.default_rng(0).normal(size=(n, 64)).astype(np.float32),
+                                     cfg.hyperbolic.dim, cfg.hyperbolic.seed)
+    _, row["training_s"] = _timed(lambda: _train(hyperbolic, init, e, cfg))
     cc, explicit = _cc_edges(g), set(map(tuple, e.tolist()))
     row["graph_edges"], row["hyperbolic_edges"] = len(cc), len(explicit)
     row["max_entity_chunks"], row["max_term_df"] = int(df_e.max()), int(df_t.max())
@@ -153,9 +171,12 @@ def measure(corpus: Composed | Renamed, n: int, cfg: Any, base: dict[str, Module
     row["hub_terms"] = int((df_t > cfg.hyperbolic.hub_df).sum())
     if base is not None:
         bg, row["baseline_graph_s"] = _timed(lambda: base["graph"].build_hybrid_graph(
-            ids, entities, [], [], shared_entity_threshold=cfg.graph.shared_entity_threshold))
+            ids, entities, [], [], shared_entity_threshold=cfg.graph.shared_entity_threshold,
+            **_caps(base["graph"].build_hybrid_graph, hub_chunks=cfg.graph.hub_chunks)))
         be, row["baseline_hyperbolic_s"] = _timed(lambda: base["hyperbolic"].explicit_edges(
-            terms, theta=cfg.hyperbolic.theta, max_neighbors=cfg.hyperbolic.max_neighbors))
+            terms, theta=cfg.hyperbolic.theta, max_neighbors=cfg.hyperbolic.max_neighbors,
+            **_caps(base["hyperbolic"].explicit_edges, hub_df=cfg.hyperbolic.hub_df)))
+        _, row["baseline_training_s"] = _timed(lambda: _train(base["hyperbolic"], init, e, cfg))
         bcc, bexplicit = _cc_edges(bg), set(map(tuple, be.tolist()))
         row["baseline_graph_edges"], row["baseline_hyperbolic_edges"] = len(bcc), len(bexplicit)
         row["graph_edges_kept"] = round(len(cc & bcc) / max(len(bcc), 1), 4)
@@ -178,8 +199,9 @@ def markdown(res: dict[str, Any]) -> str:
              "",
              "| passages | graph CPU s (exp.) | baseline graph CPU s (exp.) | chunk-chunk edges / baseline (kept) "
              "| hyperbolic CPU s (exp.) | baseline hyperbolic CPU s (exp.) | explicit edges / baseline (kept) "
+             "| training CPU s (exp.) | baseline training CPU s (exp.) "
              "| hub entities / terms | max entity / term count | load 1m |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def cell(r: dict[str, Any], i: int, key: str) -> str:
         if key not in r:
@@ -194,6 +216,7 @@ def markdown(res: dict[str, Any]) -> str:
             cell(r, i, "hyperbolic_s"), cell(r, i, "baseline_hyperbolic_s"),
             f"{r['hyperbolic_edges']:,} / {r.get('baseline_hyperbolic_edges', '-')} "
             f"({r.get('hyperbolic_edges_kept', '-')})",
+            cell(r, i, "training_s"), cell(r, i, "baseline_training_s"),
             f"{r['hub_entities']} / {r['hub_terms']}", f"{r['max_entity_chunks']} / {r['max_term_df']}",
             f"{r['load_average_1m']} |"]))
     return "\n".join(lines) + "\n"
@@ -207,6 +230,9 @@ def main() -> None:
     p.add_argument("--baseline-max", type=int, default=50000, help="largest size the baseline is timed at")
     p.add_argument("--out", default="runs/bench_edges")
     args = p.parse_args()
+    import torch
+
+    torch.set_num_threads(1)  # as in a 1-CPU Ray worker (OMP_NUM_THREADS=1)
     cfg = load_config(None)
     base = {m: baseline(Path(args.baseline), m) for m in ("graph", "hyperbolic")} if args.baseline else None
     sizes = [int(s) for s in args.sizes.split(",")]
