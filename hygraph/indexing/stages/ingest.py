@@ -194,7 +194,10 @@ def build(cfg: HygraphConfig, corpus: CorpusScan, stages: Stages, extract: bool,
         if not todo:
             return
         spans = [{"start": s.start, "end": s.end, "first_line": s.first_line} for s in corpus.spans]
-        ds = ray.data.from_items(spans, override_num_blocks=max(1, min(64, len(spans))))
+        # One span (about 256 documents) per block: every block downstream, and each batch the driver receives
+        # here, stays that size whatever the corpus. A fixed number of blocks grew them with the corpus, and the
+        # driver's memory with them (at 100k passages, blocks of 1,500+ chunks: 1.3x the driver's peak at 20k).
+        ds = ray.data.from_items(spans, override_num_blocks=len(spans))
         # Reading and chunking are light; a small CPU share keeps them schedulable beside the actor pools.
         ds = ds.map_batches(chunk_batch, batch_size=1, num_cpus=0.1,
                             fn_kwargs={"corpus": corpus.path, "model": emb.model, "size": cfg.chunking.size_tokens,
