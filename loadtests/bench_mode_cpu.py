@@ -60,25 +60,25 @@ def main() -> None:
     pipeline = QueryPipeline(engine)
     server = _store_server(cfg, args.index_dir)
 
+    def query(question: str, mode: str) -> None:
+        req = QueryRequest.make(cfg.retrieval, question, mode)
+        if args.answer:
+            json.dumps(pipeline.run(req).to_json())
+        else:
+            pipeline.retrieve(req)
+
     def store_cpu_s() -> float:  # the store server's tree (0 without a managed server)
         return tree_cpu_s([server.pid]) if server is not None else 0.0
 
     try:
         for mode in [args.profile] if args.profile else args.modes.split(","):
-            def query(question: str) -> None:
-                req = QueryRequest.make(cfg.retrieval, question, mode)
-                if args.answer:
-                    json.dumps(pipeline.run(req).to_json())
-                else:
-                    pipeline.retrieve(req)
-
-            query(questions[0])  # warm-up: lazy loads
+            query(questions[0], mode)  # warm-up: lazy loads
             profile = cProfile.Profile(timer=time.process_time) if args.profile else None
             cpu, wall, store_cpu = time.process_time(), time.perf_counter(), store_cpu_s()
             if profile:
                 profile.enable()
             for q in questions:
-                query(q)
+                query(q, mode)
             if profile:
                 profile.disable()
                 pstats.Stats(profile).sort_stats("tottime").print_stats(25)
