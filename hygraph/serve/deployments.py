@@ -31,8 +31,8 @@ from hygraph.updater.names import updater_name
 from hygraph.config import HygraphConfig
 from hygraph.engine import QueryEngine
 from hygraph.errors import IndexNotReady, InputError
-from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Retrieval, answer, answer_stream,
-                              needs_question_vector)
+from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Rendered, Retrieval, answer,
+                              answer_stream, needs_question_vector)
 from hygraph.serve.answer_cache import AnswerCache, CacheKey
 from hygraph.serve.metrics import AnswerCacheMetrics, IndexMetrics, LLMMetrics
 from hygraph.serve.question_encoder import QuestionEncoder
@@ -187,9 +187,9 @@ class Retriever:
             except Exception:  # noqa: BLE001 - retried on the next poll; the loaded version keeps serving
                 log.warning("index '%s': could not load its new version", name, exc_info=True)
 
-    async def query(self, req: QueryRequest, query_vec: np.ndarray | None = None) -> QueryResult | Retrieval:
+    async def query(self, req: QueryRequest, query_vec: np.ndarray | None = None) -> Rendered | Retrieval:
         """Embed (unless `query_vec` came with the request), retrieve, and answer here when the answer
-        role runs in process; otherwise the Retrieval, for the Generator."""
+        role runs in process, rendered (pipeline.Rendered); otherwise the Retrieval, for the Generator."""
         pipeline = await self._pipeline_async(req.index)
         t0 = time.perf_counter()
         key = self._cache_key(pipeline, req)
@@ -229,11 +229,11 @@ class Retriever:
         return found if found is not None else await asyncio.to_thread(self.pipeline_of, index)
 
     def _steps(self, pipeline: QueryPipeline, req: QueryRequest,
-               query_vec: np.ndarray | None) -> QueryResult | Retrieval:
+               query_vec: np.ndarray | None) -> Rendered | Retrieval:
         retrieval = pipeline.retrieve(req, query_vec)
         if req.mode == "hyperbolic" and self._learn:
             self._send_to_learner(req.index, retrieval.context.notes["implicit_subgraph"], query_vec)
-        return answer(pipeline.engine.llm, retrieval) if answers_here(self.cfg) else retrieval
+        return answer(pipeline.engine.llm, retrieval).render() if answers_here(self.cfg) else retrieval
 
     def _send_to_learner(self, index: str, subgraph: dict[str, Any], query_vec: np.ndarray) -> None:
         """Fire and forget to the index's OnlineUpdater (HyperRAG §3.3): the query never waits on learning."""
@@ -303,14 +303,16 @@ class Generator:
         self.llm = make_llm(cfg.llm, cache_dir=str(local_dir_of(index_dir, cfg.store.cache_dir) / "llm_cache"))
         self.metrics = LLMMetrics()
 
-    def answer(self, retrieval: Retrieval) -> QueryResult:
+    def answer(self, retrieval: Retrieval) -> Rendered:
         result = answer(self.llm, retrieval)
         self.metrics.record(self.llm.usage)
-        return result
+        return result.render()
 
-    def stream(self, retrieval: Retrieval) -> Iterator[str | QueryResult]:
-        """Answer text pieces as the backend yields them, then the QueryResult."""
+    def stream(self, retrieval: Retrieval) -> Iterator[str | Rendered]:
+        """Answer text pieces as the backend yields them, then the result, rendered."""
         for piece in answer_stream(self.llm, retrieval):
             if isinstance(piece, QueryResult):
                 self.metrics.record(self.llm.usage)
-            yield piece
+                yield piece.render()
+            else:
+                yield piece

@@ -22,7 +22,7 @@ from ray.serve.handle import DeploymentHandle
 
 from hygraph.updater.jobs import job_status
 from hygraph.config import HygraphConfig
-from hygraph.pipeline import CacheUse, QueryRequest, QueryResult, Retrieval, needs_question_vector
+from hygraph.pipeline import CacheUse, QueryRequest, Rendered, Retrieval, needs_question_vector
 from hygraph.serve.access import Access, Need, Principal, denied, not_found
 from hygraph.serve.http import ApiError
 from hygraph.serve.metrics import IngressMetrics
@@ -107,37 +107,37 @@ class Gateway:
         return QueryRequest.make(self.cfg.retrieval, question, mode, k, max(min_version or 0, tenant.floor),
                                  filter=flt, index=tenant.name, cache=cache_use(cache_control))
 
-    async def _retrieve(self, req: QueryRequest) -> QueryResult | Retrieval:
+    async def _retrieve(self, req: QueryRequest) -> Rendered | Retrieval:
         """One handle call when the Retriever embeds and answers; an Embedder call first otherwise."""
         query_vec = (await self.embedder.embed.remote(req.question)
                      if self.embedder is not None and needs_question_vector(req) else None)
         return await self.retriever.query.remote(req, query_vec)
 
-    def _observe(self, result: QueryResult, started: float) -> dict[str, Any]:
+    def _observe(self, result: Rendered, started: float) -> bytes:
         result.seconds["total"] = time.perf_counter() - started
-        out = result.to_json()
-        self.metrics.observe_query(result.request.mode, result.seconds, result.context.notes["retrieved"])
-        return out
+        self.metrics.observe_query(result.mode, result.seconds, result.retrieved)
+        return result.json()
 
-    async def query(self, req: QueryRequest) -> dict[str, Any]:
+    async def query(self, req: QueryRequest) -> bytes:
+        """The CONTRACT result's JSON."""
         started = time.perf_counter()
         got = await self._retrieve(req)
         if isinstance(got, Retrieval):
             got = await self.generator.answer.remote(got)
         return self._observe(got, started)
 
-    async def query_stream(self, req: QueryRequest) -> AsyncIterator[str | dict[str, Any]]:
-        """Answer pieces, then the full CONTRACT result as the last item. An answer made in the Retriever
+    async def query_stream(self, req: QueryRequest) -> AsyncIterator[str | bytes]:
+        """Answer pieces, then the full CONTRACT result's JSON as the last item. An answer made in the Retriever
         exists whole already; its words are sent as pieces all the same, so clients see one protocol."""
         started = time.perf_counter()
         got = await self._retrieve(req)
-        if isinstance(got, QueryResult):
+        if isinstance(got, Rendered):
             for piece in re.findall(r"\S+\s*", got.answer):
                 yield piece
             yield self._observe(got, started)
             return
         async for piece in self.generator.options(stream=True).stream.remote(got):
-            yield self._observe(piece, started) if isinstance(piece, QueryResult) else piece
+            yield self._observe(piece, started) if isinstance(piece, Rendered) else piece
 
     # -- the index's contents, read from the Retriever's loaded version (as queries are) ---------
 

@@ -74,9 +74,10 @@ class StubGateway:
             self.asked.append((question, mode, k, min_version))
         return question
 
-    async def query(self, req: Any) -> dict:
-        return {"answer": "42", "mode": "dense", "passages": [], "context": {"citations": []}, "index_version": 1,
-                "timings_ms": {}, "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    async def query(self, req: Any) -> bytes:  # the result's JSON, as the Retriever renders it
+        return json.dumps({"answer": "42", "mode": "dense", "passages": [], "context": {"citations": []},
+                           "index_version": 1, "timings_ms": {},
+                           "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
 
     async def query_stream(self, req: Any) -> Any:
         for piece in ["4", "2"]:

@@ -8,8 +8,9 @@ import time
 import uuid
 from typing import Any, AsyncIterator, Callable
 
+import orjson
 from fastapi import APIRouter, Depends, Header
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from hygraph.input_rules import check_nonblank_text
 from hygraph.serve.access import Principal
@@ -25,7 +26,11 @@ router = APIRouter(tags=["questions"])
 
 
 def _sse(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    return _sse_json(event, json.dumps(data, ensure_ascii=False).encode())
+
+
+def _sse_json(event: str, data: bytes) -> bytes:
+    return f"event: {event}\ndata: ".encode() + data + b"\n\n"
 
 
 def _guarded(gw: Gateway, events: AsyncIterator[bytes], endpoint: str,
@@ -48,11 +53,11 @@ async def query(body: QueryRequest, ix: Tenant = Depends(reader), gw: Gateway = 
                 cache_control: str | None = Header(None)) -> Any:
     req = gw.request(ix, body.question, body.mode, body.top_k, body.min_index_version, body.filter, cache_control)
     if not body.stream:
-        return JSONResponse(await gw.query(req))
+        return Response(await gw.query(req), media_type="application/json")
 
     async def events() -> AsyncIterator[bytes]:
         async for piece in gw.query_stream(req):
-            yield _sse("done", piece) if isinstance(piece, dict) else _sse("token", {"text": piece})
+            yield _sse_json("done", piece) if isinstance(piece, bytes) else _sse("token", {"text": piece})
 
     return StreamingResponse(_guarded(gw, events(), "query", lambda e: _sse("error", error_body(e.code, e.message))),
                              media_type="text/event-stream")
@@ -109,13 +114,13 @@ async def chat(body: ChatRequest, who: Principal = Depends(caller), gw: Gateway 
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     completion = Completion(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.model, include_usage)
     if not body.stream:
-        return JSONResponse(completion.whole(await gw.query(req)))
+        return JSONResponse(completion.whole(orjson.loads(await gw.query(req))))
 
     async def events() -> AsyncIterator[bytes]:
         yield completion.first()
         async for piece in gw.query_stream(req):
-            if isinstance(piece, dict):
-                for chunk in completion.last(piece):
+            if isinstance(piece, bytes):
+                for chunk in completion.last(orjson.loads(piece)):
                     yield chunk
             else:
                 yield completion.piece(piece)
