@@ -36,6 +36,7 @@ from hygraph.pipeline import (QueryPipeline, QueryRequest, QueryResult, Rendered
 from hygraph.serve.answer_cache import AnswerCache, CacheKey
 from hygraph.serve.metrics import AnswerCacheMetrics, IndexMetrics, LLMMetrics
 from hygraph.serve.question_encoder import QuestionEncoder
+from hygraph.serve.replica_log import log_to_replica_file
 from hygraph.store.objects import is_remote, local_dir_of
 from hygraph.store.registry import DEFAULT_INDEX, IndexRegistry, NoSuchIndex
 from hygraph.store.versions import IndexStore
@@ -57,6 +58,7 @@ class Embedder:
     """Questions to vectors for Retrievers that do not embed (`serve.embedding: deployment`)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
+        log_to_replica_file()
         cfg = HygraphConfig.model_validate(config)
         self.encoder = QuestionEncoder(cfg, cfg.serve.embedder.num_cpus)
 
@@ -75,6 +77,7 @@ class Retriever:
     """
 
     def __init__(self, config: dict[str, Any], index_dir: str) -> None:
+        log_to_replica_file()
         self.cfg = cfg = HygraphConfig.model_validate(config)
         self.index_dir = index_dir
         self.registry = IndexRegistry(index_dir, cfg.store.cache_dir)
@@ -299,6 +302,7 @@ class Generator:
     """The `answer` role behind a network call: an OpenAI-compatible server, or vLLM behind ray.serve.llm."""
 
     def __init__(self, config: dict[str, Any], index_dir: str) -> None:
+        log_to_replica_file()
         cfg = HygraphConfig.model_validate(config)
         self.llm = make_llm(cfg.llm, cache_dir=str(local_dir_of(index_dir, cfg.store.cache_dir) / "llm_cache"))
         self.metrics = LLMMetrics()

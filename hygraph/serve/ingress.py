@@ -25,6 +25,7 @@ from hygraph.config import HygraphConfig
 from hygraph.serve.gateway import Gateway
 from hygraph.serve.http import (ApiError, HttpLimits, RequestMiddleware, endpoint_name, from_http,
                                 from_validation, json_error)
+from hygraph.serve.replica_log import log_to_replica_file
 from hygraph.serve.routes import console, documents, indexes, ops, query
 
 ROUTERS = (query.router, documents.router, indexes.router, ops.router, console.router)
@@ -113,6 +114,7 @@ class Ingress:
 
     def __init__(self, retriever: DeploymentHandle, embedder: DeploymentHandle | None,
                  generator: DeploymentHandle | None, config: dict[str, Any], index_dir: str) -> None:
+        log_to_replica_file()
         cfg = HygraphConfig.model_validate(config)
         self.gateway = Gateway(retriever, embedder, generator, cfg, index_dir)
         self.limits = http_limits(cfg, self.gateway.metrics)
