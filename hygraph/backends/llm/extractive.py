@@ -460,11 +460,14 @@ class ExtractiveLLM:
         return [_summary(r, self.summary_max_tokens) for r in requests]
 
     def decompose(self, question: str, passages: Sequence[str]) -> list[str]:
-        """Up to three "<bridge entity> <question>" directives from the top passages.
+        """Up to three bridge entities' names from the top passages, each a directive of its own.
 
         A bridge is a name the question does not contain, ranked by the question's own
         relation words just before it ("directed by <bridge>"), then by how much its sentence
-        shares with the question, then by passage rank.
+        shares with the question, then by passage rank. The name alone, not "<bridge> <question>":
+        each directive is embedded for a second retrieval round, and the question repeated in
+        each cost seven times the tokens (about 50 words a query against 6-8) for the same
+        passages (hyperbolic recall@5 on the dev sets within 0.25 point: docs/bench/directives.md).
         """
         self.usage.count("decompose")
         q = _Question.parse(question)
@@ -484,7 +487,7 @@ class ExtractiveLLM:
         for _, eid, name in sorted(found):
             if eid not in seen and len(directives) < MAX_DIRECTIVES:
                 seen.add(eid)
-                directives.append(f"{name} {question}")
+                directives.append(name)
         return directives
 
     def answer_stream(self, question: str, context: Sequence[ContextItem]) -> Iterator[Union[str, Answer]]:
