@@ -63,7 +63,7 @@ def main() -> None:
     def query(question: str, mode: str) -> None:
         req = QueryRequest.make(cfg.retrieval, question, mode)
         if args.answer:
-            json.dumps(pipeline.run(req).to_json())
+            pipeline.run(req).render().json()
         else:
             pipeline.retrieve(req)
 

@@ -467,7 +467,7 @@ class ExtractiveLLM:
         shares with the question, then by passage rank. The name alone, not "<bridge> <question>":
         each directive is embedded for a second retrieval round, and the question repeated in
         each cost seven times the tokens (about 50 words a query against 6-8) for the same
-        passages (hyperbolic recall@5 on the dev sets within 0.25 point: docs/bench/directives.md).
+        passages (hyperbolic recall@5 on the three dev sets within 0.5 point: docs/bench/directives.md).
         """
         self.usage.count("decompose")
         q = _Question.parse(question)
