@@ -28,6 +28,7 @@ from hygraph.errors import InputError
 from hygraph.model import Chunk
 from hygraph.store.catalog import Catalog
 from hygraph.store.index import Index
+from hygraph.store.points import PointMoves
 from hygraph.store.reading import Loaded, VersionReader, VersionSearch
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,14 @@ class QueryEngine:
         """Swap to a newer published version (VersionReader.refresh)."""
         return self.reader.refresh()
 
+    def points_position(self) -> tuple[str, str | None, int] | None:
+        """Where the hyperbolic points this process holds stand in the online learner's feed (VersionReader)."""
+        return self.reader.points_position()
+
+    def follow_moves(self, moves: PointMoves) -> int:
+        """Apply the online learner's moves to the hyperbolic points this process holds (VersionReader)."""
+        return self.reader.follow_moves(moves)
+
     def at_least(self, version: int) -> Loaded:
         return self.reader.at_least(version)
 
@@ -82,7 +91,11 @@ class QueryEngine:
         return VersionSearch(self.index.vectors, loaded, self.search_pool)
 
     def _points(self, loaded: Loaded) -> Points:
-        """Poincaré points from the hyperbolic collection, which the online learner updates in place."""
+        """Poincaré points: those this process holds (store/points.py), else read from the hyperbolic collection,
+        which the online learner updates in place."""
+        if loaded.points is not None:
+            return loaded.points.points
+
         def points(chunk_ids: Sequence[str]) -> np.ndarray:
             return from_storage(self.index.vectors.fetch(loaded.collections["hyperbolic"], chunk_ids))
 

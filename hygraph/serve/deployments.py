@@ -43,6 +43,7 @@ from hygraph.store.versions import IndexStore
 
 log = logging.getLogger("hygraph.serve")
 UPDATER_LOOKUP_S = 30.0  # how often a Retriever looks again for an updater that was not running
+MOVES_TIMEOUT_S = 10.0  # the longest a version poll waits for the learner's moves (the next poll asks again)
 
 
 def answers_here(cfg: HygraphConfig) -> bool:
@@ -157,6 +158,7 @@ class Retriever:
                     # Recorded at every poll, not only on a change: a gauge recorded once at load was gone
                     # from Ray's /metrics export minutes later (test_serve_http's metrics test).
                     self.index_metrics.version.set(self._pipeline.engine.version)
+                    self._follow_moves(DEFAULT_INDEX, self._pipeline.engine)
             except Exception:  # noqa: BLE001 - a half-visible version, or the store out of reach: the next poll retries
                 # Nothing here touches the store: while it is out of reach this loop must live on.
                 log.warning("could not load the index's newest version; still serving %s",
@@ -185,8 +187,10 @@ class Retriever:
                             del self._named[name]
                     pipeline.engine.close()
                     log.info("index '%s' was deleted: unloaded", name)
-                elif pipeline.engine.refresh():
-                    log.info("index '%s': now serving version %d", name, pipeline.engine.version)
+                else:
+                    if pipeline.engine.refresh():
+                        log.info("index '%s': now serving version %d", name, pipeline.engine.version)
+                    self._follow_moves(name, pipeline.engine)
             except Exception:  # noqa: BLE001 - retried on the next poll; the loaded version keeps serving
                 log.warning("index '%s': could not load its new version", name, exc_info=True)
 
@@ -240,20 +244,53 @@ class Retriever:
 
     def _send_to_learner(self, index: str, subgraph: dict[str, Any], query_vec: np.ndarray) -> None:
         """Fire and forget to the index's OnlineUpdater (HyperRAG §3.3): the query never waits on learning."""
+        updater = self._updater_of(index)
+        if updater is not None:
+            updater.observe.remote(subgraph, query_vec)
+
+    def _updater_of(self, index: str) -> Any:
+        """The index's OnlineUpdater actor; None when it is not running (looked for again after a while)."""
         import ray
 
         updater = self._updater.get(index)
         if updater is None:
             if time.monotonic() - self._updater_looked_up.get(index, -float("inf")) < UPDATER_LOOKUP_S:
-                return
+                return None
             self._updater_looked_up[index] = time.monotonic()
             try:
                 updater = self._updater[index] = ray.get_actor(updater_name(self.registry.location(index)),
                                                                namespace="hygraph")
             except ValueError:
                 log.info("no OnlineUpdater for index '%s': hyperbolic queries are not learned from", index)
-                return
-        updater.observe.remote(subgraph, query_vec)
+                return None
+        return updater
+
+    def _follow_moves(self, index: str, engine: QueryEngine) -> None:
+        """Bring the hyperbolic points this replica holds up to the learner's moves (store/points.py)."""
+        position = engine.points_position() if self._learn else None
+        updater = self._updater_of(index) if position is not None else None
+        if updater is None:
+            return
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            moves = ray.get(updater.moves_since.remote(*position), timeout=MOVES_TIMEOUT_S)
+        except RayActorError:
+            self._updater.pop(index, None)  # gone (a named index's idle updater ends itself): looked up again
+            return
+        except GetTimeoutError:
+            log.warning("index '%s': the online learner's moves did not come within %.0f s; asked again at the "
+                        "next poll", index, MOVES_TIMEOUT_S)
+            return
+        if moves is None:
+            return  # the updater is still loading the index
+        moved = engine.follow_moves(moves)
+        if moves.reset:
+            log.info("index '%s': %d hyperbolic points read from the store (the online learner's feed is at %d)",
+                     index, moved, moves.seq)
+        elif moved:
+            self.index_metrics.points_moved.inc(moved)
 
     def version(self, index: str = DEFAULT_INDEX) -> int:
         return self.pipeline_of(index).engine.version

@@ -57,6 +57,8 @@ class IndexMetrics:
                               "(at most serve.max_loaded_indexes).")
         self.unloads = m.Counter("hygraph_index_unloads_total", "Named indexes a Retriever replica unloaded to stay "
                                  "within serve.max_loaded_indexes (the least recently asked first).")
+        self.points_moved = m.Counter("hygraph_points_moved_total", "Hyperbolic points a Retriever replica holds "
+                                      "that it moved as the online learner's feed told it (store/points.py).")
 
 
 class LLMMetrics:

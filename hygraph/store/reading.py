@@ -23,10 +23,11 @@ from hygraph.core.retrieval.context import Hits, SearchRequest
 from hygraph.core.retrieval.filter import MetadataIndex, PassageFilter
 from hygraph.core.retrieval.view import IndexView
 from hygraph.errors import StoreError, VersionNotReady
-from hygraph.store.artifacts import DOCUMENTS
+from hygraph.store.artifacts import DOCUMENTS, TERMS
 from hygraph.store.catalog import Catalog
 from hygraph.store.exact import ExactVectors, exact_searches, store_held
 from hygraph.store.index import Index
+from hygraph.store.points import LivePoints, PointMoves
 from hygraph.store.versions import Version
 from hygraph.store.view_loader import load_view, release_freed_memory
 
@@ -42,8 +43,15 @@ class Loaded:
     collections: dict[str, str]
     version: Version
     catalog: Catalog  # its documents and counts, read back (GET /v1/documents, /v1/stats)
-    # The collections searched in this process, over the version's vectors (vector_store.exact_max_rows).
-    exact: Mapping[str, ExactVectors] = field(default_factory=dict)
+    # The collections searched in this process, over the version's vectors (vector_store.exact_max_rows); the
+    # hyperbolic points among them as `LivePoints`, which the online learner's moves reach (store/points.py).
+    exact: Mapping[str, ExactVectors | LivePoints] = field(default_factory=dict)
+
+    @property
+    def points(self) -> LivePoints | None:
+        """The chunks' hyperbolic points held in this process; None: read from the vector store."""
+        held = self.exact.get("hyperbolic")
+        return held if isinstance(held, LivePoints) else None
 
     @cached_property
     def metadata_index(self) -> MetadataIndex:
@@ -87,7 +95,8 @@ class VersionSearch:
 class VersionReader:
     """The version one reader of `index` serves (`loaded`), named by its lease; its collections of at most
     `vector_store.exact_max_rows` rows (0: none) are searched in this process: those whose vectors its segments
-    hold, and with `vector_store.exact_from_store` those whose vectors are read from the store at each load."""
+    hold, and with `vector_store.exact_from_store` those whose vectors are read from the store at each load,
+    the chunks' hyperbolic points among them (store/points.py)."""
 
     def __init__(self, index: Index) -> None:
         self.index = index
@@ -128,7 +137,25 @@ class VersionReader:
             except StoreError as exc:  # the store searches it then, as it does a larger collection
                 log.warning("version %d: the %s vectors could not be read from the vector store (%s); it "
                             "searches them", version.version, kind, exc)
+        points = held_points(version, collections, previous, self.exact_max_rows, self.index.vectors)
+        if points is not None:
+            exact["hyperbolic"] = points
         return exact
+
+    def follow_moves(self, moves: PointMoves) -> int:
+        """Apply the online learner's moves (after `points_position`) to the points held; returns the rows moved."""
+        with self._swap:
+            points = self.loaded.points
+            if points is None:
+                return 0
+            return points.apply(moves, _fresh_rows(self.index.vectors, points.collection))
+
+    def points_position(self) -> tuple[str, str | None, int] | None:
+        """(collection, epoch, seq): where the held points stand in the learner's feed; None: none held."""
+        points = self.loaded.points
+        if points is None:
+            return None
+        return (points.collection, *points.position)
 
     def _vectors(self, name: str, ids: list[str], held: ExactVectors | None) -> np.ndarray:
         """The vectors of `ids` in collection `name`, in order: those `held` has reused, the rest read."""
@@ -173,3 +200,33 @@ class VersionReader:
 
     def close(self) -> None:
         self.lease.release()
+
+
+def held_points(version: Version, collections: Mapping[str, str], previous: Loaded | None, max_rows: int,
+                vectors: VectorStore) -> LivePoints | None:
+    """The version's hyperbolic points to hold in process (store/points.py), when it has at most `max_rows`
+    chunks: those `previous` held of the same collection kept, the rest read from `vectors`."""
+    name = collections.get("hyperbolic")
+    if name is None or not version.has(TERMS) or version.manifest.hyperbolic is None:
+        return None
+    table = version.table(TERMS)
+    if not 0 < len(table) <= max_rows:
+        return None
+    held = previous.points if previous is not None else None
+    changed = None
+    if held is not None and previous is not None and previous.version.has(TERMS):
+        # A chunk's point changes only with its terms row (added, or replaced with its document): the rows of
+        # the segments the previous version did not have are read again; the rest are kept.
+        before = set(previous.version.table(TERMS).segments_names)
+        changed = {cid for seg_name, seg in zip(table.segments_names, table.segments) if seg_name not in before
+                   for cid in seg.ids}
+    try:
+        return LivePoints.read(name, version.version, list(table.ids()), _fresh_rows(vectors, name), held, changed)
+    except StoreError as exc:  # the store answers them then
+        log.warning("version %d: the hyperbolic points could not be read from the vector store (%s); it serves "
+                    "them", version.version, exc)
+        return None
+
+
+def _fresh_rows(vectors: VectorStore, name: str) -> Callable[[Sequence[str]], np.ndarray]:
+    return lambda ids: vectors.fetch(name, ids, fresh=True)

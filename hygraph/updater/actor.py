@@ -25,6 +25,7 @@ from hygraph.config import HygraphConfig
 from hygraph.errors import IndexNotReady, StoreUnavailable
 from hygraph.store.journal import bounded_error
 from hygraph.store.objects import index_uri
+from hygraph.store.points import PointMoves
 from hygraph.store.versions import IndexStore
 
 if TYPE_CHECKING:  # the update path (models, torch) is imported in the actor, not where it is started
@@ -200,6 +201,13 @@ class OnlineUpdater:
         if self.cfg.updates.online_learning and self.updater is not None:
             self.updater.learning.observe(subgraph, query_vec)
             self._wake.set()
+
+    def moves_since(self, collection: str, epoch: str | None, seq: int) -> PointMoves | None:
+        """From a Retriever: the online moves of `collection`'s points after its feed position
+        (updater/moves.py); None before this updater has loaded the index."""
+        if self.updater is None:
+            return None
+        return self.updater.learning.feed.since(collection, epoch, seq)
 
     def recalibrate(self) -> None:
         """On demand: retrain the hyperbolic embeddings now (in the background) instead of at the next N queries."""

@@ -1,6 +1,6 @@
 """HyperRAG §3.3 online learning in the updater (indexing/online.py holds the algorithm): L_inc steps for
 the subgraphs that `hyperbolic` queries send, upserted into the current hyperbolic collection (readers take
-points from it), and every `updates.recalibrate_every` queries (or on request) a retrain in a background
+points from it, or from the feed of moves, updater/moves.py), and every `updates.recalibrate_every` queries (or on request) a retrain in a background
 thread, published as a new version with its own hyperbolic collection."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from hygraph.indexing.stages.hyperbolic import explicit_graph
 from hygraph.indexing.stages.vectors import VectorDelta
 from hygraph.indexing.state import IndexState
 from hygraph.indexing.update import Applied
+from hygraph.updater.moves import MoveFeed
 from hygraph.updater.publishing import Points, Publisher
 
 log = logging.getLogger("hygraph.updater")
@@ -28,6 +29,7 @@ class HyperbolicLearning:
     def __init__(self, cfg: HygraphConfig, publisher: Publisher) -> None:
         self.cfg, self.publisher = cfg, publisher
         self.learner = OnlineLearner(cfg.hyperbolic, cfg.updates)
+        self.feed = MoveFeed()  # the moves, for readers that hold the points in process (store/points.py)
         self.recalibrations = 0
         self._device = resolve_device(cfg.hyperbolic.device)
         self._thread: threading.Thread | None = None
@@ -49,13 +51,17 @@ class HyperbolicLearning:
             return []
         points = Points(self.publisher, live)
         seconds = []
+        moved: dict[str, np.ndarray] = {}
         while self.learner.pending and len(seconds) < max_steps:
             t0 = time.perf_counter()
             ids, vecs = self.learner.step(points)
             seconds.append(time.perf_counter() - t0)
             if ids:
                 points.write(ids, vecs)
+                moved.update(zip(ids, vecs))
         points.persist()
+        if moved:
+            self.feed.record(points.name, live.version.version, list(moved), np.stack(list(moved.values())))
         return seconds
 
     def request_recalibration(self) -> None:

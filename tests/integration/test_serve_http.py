@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -646,6 +647,11 @@ def test_hyperbolic_queries_feed_the_online_learner_and_recalibration_is_on_dema
         assert time.monotonic() < deadline, online
         time.sleep(0.2)
     assert online["steps"] >= steps + 1 and online["since_recalibration"] >= 1
+    # The Retriever holds the small index's points in process: the moves reach it by the learner's feed.
+    deadline = time.monotonic() + 60  # Ray exports metrics every few seconds
+    while not re.search(r"^ray_hygraph_points_moved_total\{.*\} [1-9]", httpx.get(server["metrics"]).text, re.M):
+        assert time.monotonic() < deadline, "the Retriever's held points did not follow the online learner's moves"
+        time.sleep(1)
     resp = httpx.post(url + "/v1/updater/recalibrate")
     assert resp.status_code == 401
     before = server["client"].query(QUESTION, mode="hyperbolic")["index_version"]

@@ -56,8 +56,9 @@ class VectorStore(Protocol):
     def search(self, name: str, queries: np.ndarray, k: int,
                layer: int | None = None) -> list[list[Hit]]: ...
 
-    def fetch(self, name: str, ids: Sequence[str]) -> np.ndarray:
-        """The stored vectors of `ids`, in that order (float32); StoreError names an id that is absent."""
+    def fetch(self, name: str, ids: Sequence[str], fresh: bool = False) -> np.ndarray:
+        """The stored vectors of `ids`, in that order (float32); StoreError names an id that is absent.
+        `fresh`: as every write persisted before the call left them (otherwise a row may be a few seconds old)."""
         ...
 
     def drop(self, name: str) -> None: ...

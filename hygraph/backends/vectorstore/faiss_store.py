@@ -166,7 +166,7 @@ class FaissStore:
         return [[Hit(col["ids"][i], float(d), int(col["layers"][i])) for d, i in zip(drow, irow) if i >= 0]
                 for drow, irow in zip(dist, idx)]
 
-    def fetch(self, name: str, ids: Sequence[str]) -> np.ndarray:
+    def fetch(self, name: str, ids: Sequence[str], fresh: bool = False) -> np.ndarray:
         col = self._load(name)
         if col.get("row") is None:
             col["row"] = {cid: i for i, cid in enumerate(col["ids"])}

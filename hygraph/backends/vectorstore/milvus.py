@@ -331,8 +331,8 @@ class MilvusStore:
         return [[Hit(str(h["entity"]["item_id"]), float(h["distance"]), int(h["entity"].get("layer", 0)))
                  for h in row] for row in res]
 
-    def fetch(self, name: str, ids: Sequence[str]) -> np.ndarray:
-        found = self._get(name, ids, CONSISTENCY)
+    def fetch(self, name: str, ids: Sequence[str], fresh: bool = False) -> np.ndarray:
+        found = self._get(name, ids, "Strong" if fresh else CONSISTENCY)
         missing = [i for i in ids if i not in found]
         if missing:
             # A version can name rows written less than the graceful time ago that this reader's bounded
