@@ -97,6 +97,7 @@ class Retriever:
         self._learn = cfg.updates.online_learning and cfg.hyperbolic.enabled
         self._updater: dict[str, Any] = {}
         self._updater_looked_up: dict[str, float] = {}
+        self._updater_missing: set[str] = set()
         # A daemon thread: it ends with the replica's process, whose exit also releases the
         # process's lease on the managed vector store.
         threading.Thread(target=self._follow_current, name="hygraph-version-poll", daemon=True).start()
@@ -261,8 +262,11 @@ class Retriever:
                 updater = self._updater[index] = ray.get_actor(updater_name(self.registry.location(index)),
                                                                namespace="hygraph")
             except ValueError:
-                log.info("no OnlineUpdater for index '%s': hyperbolic queries are not learned from", index)
+                if index not in self._updater_missing:  # once while it is missing, not at every look
+                    self._updater_missing.add(index)
+                    log.info("no OnlineUpdater for index '%s': hyperbolic queries are not learned from", index)
                 return None
+            self._updater_missing.discard(index)
         return updater
 
     def _follow_moves(self, index: str, engine: QueryEngine) -> None:

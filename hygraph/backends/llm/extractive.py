@@ -328,10 +328,25 @@ def _parse_item(text: str) -> tuple[tuple[str, frozenset[str], str, str, tuple[S
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=1 << 11)
+def _names_by_sentence(passage: str) -> tuple[tuple[str, frozenset[str], tuple[tuple[Span, str], ...]], ...]:
+    """(sentence, its content stems, its NAME spans with their entity ids) per sentence of a passage: what
+    `decompose` reads of its passages, cached by text like `_parse_item` (the first round's passages of a
+    served index's questions are often the same chunks)."""
+    return tuple((sentence, frozenset(content_stems(sentence)),
+                  tuple((span, _entity_id(span.name)) for span in find_spans(sentence) if span.type == "NAME"))
+                 for sentence in split_sentences(passage))
+
+
 def _cue(sentence: str, span: Span, stems: set[str]) -> int:
     """How many question stems sit in the four words before a span ("directed by <span>")."""
-    before = words(sentence[max(0, span.start - 40):span.start])[-4:]
-    return sum(1 for w in before if stem(w) in stems)
+    return sum(1 for w in _stems_before(sentence, span.start) if w in stems)
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _stems_before(sentence: str, start: int) -> tuple[str, ...]:
+    """The stems of the four words before `start`: a span's cue words, the same for every question (cached)."""
+    return tuple(stem(w) for w in words(sentence[max(0, start - 40):start])[-4:])
 
 
 def _noun_match(name: str, noun: tuple[str, ...]) -> int:
@@ -474,11 +489,10 @@ class ExtractiveLLM:
         q_norm = f" {_entity_id(question)} "
         found: list[tuple[tuple[int, float, int, float, int], str, str]] = []
         for rank, passage in enumerate(passages[:MAX_DIRECTIVES]):
-            for sentence in split_sentences(passage):
-                support = len(q.stems & content_stems(sentence))
-                for span in find_spans(sentence):
-                    eid = _entity_id(span.name)
-                    if span.type != "NAME" or eid in q.ids or f" {eid} " in q_norm:
+            for sentence, stems, names in _names_by_sentence(passage):
+                support = len(q.stems & stems)
+                for span, eid in names:
+                    if eid in q.ids or f" {eid} " in q_norm:
                         continue
                     key = (-_cue(sentence, span, q.asked), -support, rank, -span.score, span.start)
                     found.append((key, eid, span.name))
