@@ -1,7 +1,8 @@
 """HyperRAG §3.3 online learning in the updater (indexing/online.py holds the algorithm): L_inc steps for
 the subgraphs that `hyperbolic` queries send, upserted into the current hyperbolic collection (readers take
-points from it, or from the feed of moves, updater/moves.py), and every `updates.recalibrate_every` queries (or on request) a retrain in a background
-thread, published as a new version with its own hyperbolic collection."""
+points from it, or from the feed of moves, updater/moves.py), and every `updates.recalibrate_every` queries
+(or on request) a retrain in a background thread, published as a new version with its own hyperbolic
+collection."""
 
 from __future__ import annotations
 
