@@ -673,12 +673,12 @@ def test_hyperbolic_queries_feed_the_online_learner_and_recalibration_is_on_dema
     assert versions == sorted(versions)
 
 
-def test_a_store_crash_is_503_then_recovers(server):
-    """kill -9 the managed Milvus server: 503 with Retry-After (never a 500) until Serve's health
-    check restarts the Retriever, whose store connection starts a new server. Asked in `hyperbolic` mode: its
-    Poincaré search is the one a small index still sends to the store (the text collections of the demo index are
-    searched in the Retriever's process, store/exact.py, so a dense query answers throughout)."""
-    lite = json.loads((server["index_dir"] / "milvus" / "server.json").read_text())["pid"]
+def test_a_store_crash_leaves_a_small_index_answering_and_the_store_is_restarted(server):
+    """kill -9 the managed Milvus server. The demo index's collections and hyperbolic points are held in the
+    Retriever's process (store/exact.py, store/points.py), so a hyperbolic query is answered at once and never
+    fails with a 500; Serve's health check restarts the Retriever, whose store connection starts a new server
+    (while it restarts, a query may get a 503 with Retry-After)."""
+    lite = _store_pid(server["index_dir"])
     os.kill(lite, signal.SIGKILL)
     statuses = []
     deadline = time.monotonic() + 180
@@ -687,13 +687,21 @@ def test_a_store_crash_is_503_then_recovers(server):
         resp = httpx.post(server["url"] + "/v1/query", json={"question": f"{QUESTION} ({len(statuses)})",
                                                              "mode": "hyperbolic"}, timeout=60)
         statuses.append(resp.status_code)
-        if resp.status_code == 200:
+        if resp.status_code != 200:
+            assert resp.status_code == 503 and resp.headers["retry-after"], resp.text
+        restarted = _store_pid(server["index_dir"]) not in (lite, None)
+        if restarted and resp.status_code == 200:
             break
-        assert resp.status_code == 503, resp.text
-        assert resp.headers["retry-after"] and resp.json()["error"]["code"] == "store_unavailable"
         time.sleep(2)
-    assert statuses[0] == 503 and statuses[-1] == 200, statuses
-    assert json.loads((server["index_dir"] / "milvus" / "server.json").read_text())["pid"] != lite
+    assert statuses[0] == 200 and statuses[-1] == 200 and restarted, statuses
+
+
+def _store_pid(index_dir) -> int | None:
+    """The managed Milvus server's pid; None while a new one is writing its file."""
+    try:
+        return json.loads((index_dir / "milvus" / "server.json").read_text())["pid"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return None
 
 
 def test_a_killed_raylet_is_restarted_and_every_acknowledged_document_is_applied_once(server):

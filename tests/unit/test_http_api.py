@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hygraph.config import HygraphConfig
+from hygraph.errors import StoreUnavailable
 from hygraph.pipeline import QueryRequest
 from hygraph.serve.access import Access, denied, not_found
 from hygraph.serve.http import HttpLimits
@@ -22,6 +23,15 @@ from hygraph.store.keys import KeyStore
 from hygraph.store.objects import LocalObjects
 
 KEY = "k-123"
+
+
+STORE_DOWN = "a question asked while the vector store is down"
+
+
+class _ReplicaError(Exception):
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class _Count:
@@ -75,6 +85,8 @@ class StubGateway:
         return question
 
     async def query(self, req: Any) -> bytes:  # the result's JSON, as the Retriever renders it
+        if req == STORE_DOWN:  # as Ray hands a replica's exception to the caller: the original is its `cause`
+            raise _ReplicaError(StoreUnavailable("milvus at 127.0.0.1:19530 did not answer"))
         return json.dumps({"answer": "42", "mode": "dense", "passages": [], "context": {"citations": []},
                            "index_version": 1, "timings_ms": {},
                            "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
@@ -151,6 +163,14 @@ def test_bad_queries_get_a_4xx_naming_the_field(client, body, status, field):
     err = resp.json()["error"]
     assert err["message"].startswith(field) and err["request_id"] == resp.headers["x-request-id"]
     assert not client.gw.asked
+
+
+def test_a_vector_store_outage_is_503_with_retry_after(client):
+    """A replica's StoreUnavailable is the client's to retry, never a 500 (end to end, a small index's queries no
+    longer reach the store: test_serve_http's store-crash test)."""
+    resp = _post(client, "/v1/query", {"question": STORE_DOWN})
+    assert resp.status_code == 503 and int(resp.headers["retry-after"]) > 0
+    assert resp.json()["error"]["code"] == "store_unavailable"
 
 
 def test_a_filter_reaches_the_query_request(client):
