@@ -196,9 +196,9 @@ def test_a_kill_while_segments_are_written_publishes_all_or_nothing_and_orphans_
 
 
 def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collection(built_index):
-    """HyperRAG §3.3 in process: an observed query's L_inc step is visible to a reader at once (no new
-    version), and a recalibration publishes a version with its own hyperbolic collection; the
-    replaced collection goes with the last version that named it."""
+    """HyperRAG §3.3 in process: an observed query's L_inc step reaches a reader holding the points through the
+    learner's feed (no new version; store/points.py), and a recalibration publishes a version with its own
+    hyperbolic collection; the replaced collection goes with the last version that named it."""
     index_dir, _ = built_index
     cfg = load_config(None)
     cfg = cfg.model_copy(update={"updates": cfg.updates.model_copy(
@@ -214,9 +214,14 @@ def test_hyperbolic_queries_move_live_points_and_recalibration_swaps_the_collect
         read = engine._points(loaded)
         anchor = init_from_text(vec[None, :], cfg.hyperbolic.dim, cfg.hyperbolic.seed)[0]
         before = read(round1)
+        feed = updater.learning.feed
+        assert feed.since(*engine.points_position()).reset  # new to the feed: it reads every point, then follows
+        assert engine.follow_moves(feed.since(*engine.points_position())) == loaded.catalog.stats()["chunks"]
 
         updater.learning.observe(subgraph, vec)
         assert len(updater.learning.learn(max_steps=8)) == 1
+        np.testing.assert_allclose(read(round1), before)  # held: unmoved until the feed is read
+        assert engine.follow_moves(feed.since(*engine.points_position())) >= len(round1)
         after = read(round1)
         assert engine.index.files.current_version() == loaded.view.version  # a step publishes no version
         stored = from_storage(updater.publisher.vectors.fetch(loaded.collections["hyperbolic"], round1))
