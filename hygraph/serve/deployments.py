@@ -287,9 +287,18 @@ class Retriever:
             log.warning("index '%s': the online learner's moves did not come within %.0f s; asked again at the "
                         "next poll", index, MOVES_TIMEOUT_S)
             return
+        except Exception:  # noqa: BLE001 - the learner failed to answer: the held points stay, asked again
+            log.warning("index '%s': could not get the online learner's moves; asked again at the next poll", index,
+                        exc_info=True)
+            return
         if moves is None:
             return  # the updater is still loading the index
-        moved = engine.follow_moves(moves)
+        try:
+            moved = engine.follow_moves(moves)
+        except Exception:  # noqa: BLE001 - a reset's read of the store failed: the held points stay, asked again
+            log.warning("index '%s': could not apply the online learner's moves; the hyperbolic points held stay as "
+                        "they were until the next poll", index, exc_info=True)
+            return
         if moves.reset:
             log.info("index '%s': %d hyperbolic points read from the store (the online learner's feed is at %d)",
                      index, moved, moves.seq)

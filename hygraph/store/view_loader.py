@@ -447,6 +447,7 @@ def _load_view(version: Version) -> IndexView:
     view.entity_name = _col(version, ENTITIES, "name")
     view.entity_desc = _col(version, ENTITIES, "description")
     view.entity_score = _col(version, ENTITIES, "score")
+    view.entity_embedding = _col(version, ENTITIES, "embedding")
     view.entity_chunks = _col(version, ENTITIES, "chunks")
     view.entity_relations = _col(version, ENTITIES, "relations")
     view.entity_hyperedges = _col(version, ENTITIES, "hyperedges")

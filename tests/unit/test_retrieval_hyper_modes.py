@@ -31,7 +31,7 @@ from hygraph.core.retrieval.fusion import bm25_hits, rrf
 from hygraph.core.retrieval.context import pool_size
 from hygraph.core.retrieval.hyperbolic import hyperbolic
 from hygraph.core.retrieval.hypergraph import _reciprocal_rank_fusion, hypergraph
-from hygraph.core.retrieval.linking import link_entities
+from hygraph.core.retrieval.linking import link_entities, name_vectors
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate, walk_for
 from hygraph.core.retrieval.view import IndexView
 from tests.views import by_doc
@@ -533,3 +533,37 @@ def test_read_many_reads_a_plain_mapping_key_by_key_and_names_an_absent_key():
     assert read_many(scores, ["a", "z"], 0.0) == [0.5, 0.0]
     with pytest.raises(KeyError, match="z"):
         read_many(scores, ["a", "z"])
+
+
+def test_name_vectors_are_the_entities_own_where_the_text_is_an_entitys_name() -> None:
+    """An entity's vector embeds its name: a text that is exactly that name takes it, and every other text (no such
+    entity, or the same entity under another surface form) is embedded, in one call."""
+    own = at_cosine(1, 0.6, 2)
+    view = IndexView(version=1, chunk_text={}, chunk_doc={}, titles={}, doc_chunks={},
+                     entity_name={"zed zedson": "Zed Zedson"}, entity_embedding={"zed zedson": own})
+    calls: list[list[str]] = []
+
+    def embed(texts):
+        calls.append(list(texts))
+        return np.array([axis(3 + i) for i in range(len(texts))], dtype=np.float32)
+
+    got = name_vectors(["Kappa Valley", "Zed Zedson", "ZED ZEDSON"], view, embed)
+    assert calls == [["Kappa Valley", "ZED ZEDSON"]]
+    np.testing.assert_allclose(got, np.array([axis(3), own, axis(4)]), atol=1e-7)
+    calls.clear()
+    np.testing.assert_allclose(name_vectors(["Zed Zedson"], view, embed), own[None, :], atol=1e-7)
+    assert calls == []  # nothing to embed: no model call
+
+
+def test_hyperbolic_directives_that_name_index_entities_search_by_the_entities_vectors() -> None:
+    view, search, _ = hyperbolic_fixture()
+    names = ["Zed Zedson", "Kappa Valley"]
+    view.entity_embedding = {"zed zedson": axis(1), "kappa valley": axis(2)}
+
+    def embed(texts):
+        raise AssertionError(f"embedded {texts}: both directives are entity names")
+
+    ctx = hyperbolic(H_QUESTION, Q, 8, view, search, embed, FixedDecompose(names), search.points,
+                     lambda q: ["Alpha"], round_k=2)
+    np.testing.assert_allclose(search.of_kind("chunks")[1][1], np.array([axis(1), axis(2)]))
+    assert ctx.notes["directives"] == names

@@ -160,3 +160,42 @@ def test_a_delete_clears_a_description_only_when_no_remaining_chunk_holds_its_se
     assert kc.stale_entities == [] and state.require(ENTITIES, "ada").description == said
     kc = delete("c2")
     assert kc.stale_entities == ["ada"] and state.require(ENTITIES, "ada").description == ""
+
+
+def test_an_entity_named_anew_by_an_update_has_its_vector_embedded_again(tmp_path):
+    """An entity's text vector embeds its name (the most frequent surface form): when inserts make another form
+    the most frequent, the update embeds the new name, as a build of the same chunks would; an insert that
+    leaves the name as it was embeds nothing of the entity."""
+    from hygraph.backends.embedder import make_embedder
+    from hygraph.indexing.stages import vectors
+
+    embedder = make_embedder(CFG.embedder)
+    dims = {"text": embedder.dim, "cleora": 8}
+
+    def ex(cid: str, name: str) -> Extraction:
+        return Extraction(cid, entities=[Entity("ada lovelace", name, "NAME", f"{name} in {cid}", 0.5)])
+
+    kb = knowledge.merge_extractions([ex("c1", "Ada Lovelace")])
+    entities, _, _ = knowledge.build_rows(kb, ["ada lovelace"], [], embedder.encode(["Ada Lovelace"]))
+    store = IndexStore(tmp_path, create=True)
+    with store.begin() as w:
+        w.replace(CHUNKS, [ChunkRow("c1", "c1", 0, "Ada Lovelace wrote.", 1, "", ("ada lovelace",), (), (),
+                                    np.zeros(dims["text"], np.float32))], dims)
+        w.replace(ENTITIES, entities, dims)
+        w.commit(Manifest(dims=dims, graph=True))
+    state = IndexState(store.open())
+
+    def insert(*exs: Extraction) -> tuple[knowledge.KnowledgeChange, vectors.VectorDelta]:
+        kc, delta = knowledge.update(state, [], list(exs)), vectors.VectorDelta()
+        vectors.update(state, embedder, kc, delta)
+        return kc, delta
+
+    kc, delta = insert(ex("c2", "Ada Lovelace"))
+    assert kc.renamed_entities == [] and "entities" not in delta.upserts
+    kc, delta = insert(ex("c3", "ADA LOVELACE"), ex("c4", "ADA LOVELACE"), ex("c5", "ADA LOVELACE"))
+    row = state.require(ENTITIES, "ada lovelace")
+    assert kc.renamed_entities == ["ada lovelace"] and row.name == "ADA LOVELACE"
+    ids, vecs, _ = delta.upserts["entities"]
+    assert ids == ["ada lovelace"]
+    np.testing.assert_allclose(vecs[0], embedder.encode(["ADA LOVELACE"])[0], atol=1e-5)
+    np.testing.assert_allclose(row.embedding, vecs[0])

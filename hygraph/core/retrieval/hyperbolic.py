@@ -2,17 +2,17 @@
 the explicit keyword edges; passages from the graph walk seeded by the tree, re-ranked by Poincaré distance
 in the learned ball.
 
-Tree. Round 1 is the round_k chunks nearest the question; the `decompose` role reads them and
-proposes follow-up directives; round 2 retrieves round_k chunks per directive (one batched
-search). Implicit edges run query -> each round-1 chunk and, per directive, parent -> each of its
-round-2 chunks, where the parent is the round-1 chunk holding most of the directive's novel key
-terms (those the question lacks: they name what the directive is after, e.g. a bridge entity),
-the higher-ranked one on ties. Explicit edges are the index's keyword edges between two
-retrieved chunks. Fusion is a breadth-first search from the query over both kinds, implicit
-edges before explicit ones at each node, in retrieval order: the first parent to reach a chunk
-keeps it, so a chunk found twice (both rounds, two directives, or an explicit edge) becomes one
-node and an edge that would close a loop is never taken. The result is one tree rooted at the
-query, returned in notes["implicit_subgraph"] for the online updater (HyperRAG L_inc).
+Tree. Round 1 is the round_k chunks nearest the question; the `decompose` role reads them and proposes
+follow-up directives; round 2 retrieves round_k chunks per directive (one batched search, by the entity's own vector
+where a directive is the name of an index entity: `name_vectors`). Implicit edges run query -> each round-1
+chunk and, per directive, parent -> each of its round-2 chunks, where the parent is the round-1 chunk holding
+most of the directive's novel key terms (those the question lacks: they name what the directive is after, e.g.
+a bridge entity), the higher-ranked one on ties. Explicit edges are the index's keyword edges between two
+retrieved chunks. Fusion is a breadth-first search from the query over both kinds, implicit edges before
+explicit ones at each node, in retrieval order: the first parent to reach a chunk keeps it, so a chunk found
+twice (both rounds, two directives, or an explicit edge) becomes one node and an edge that would close a loop
+is never taken. The result is one tree rooted at the query, returned in notes["implicit_subgraph"] for the
+online updater (HyperRAG L_inc).
 
 Candidates. The tree's chunks are the reasoning the decomposition found; they seed the graph
 walk (propagation.py) beside the dense + BM25 passages and the question's linked entities, so
@@ -41,7 +41,7 @@ import numpy as np
 from hygraph.core.hyperbolic import init_from_text, key_terms, poincare_distance, query_vector
 from hygraph.core.retrieval.context import Context, ContextItem, Search, passages_from_chunks, pool_size
 from hygraph.core.retrieval.fusion import bm25_hits, rrf
-from hygraph.core.retrieval.linking import link_entities
+from hygraph.core.retrieval.linking import link_entities, name_vectors
 from hygraph.core.retrieval.propagation import RELATION_SEEDS, by_mass, propagate
 from hygraph.core.retrieval.view import Decompose, Embed, IndexView, Points, QuestionEntities
 
@@ -81,7 +81,8 @@ def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     dense_hits, relation_hits, hyperbolic_hits = (hits[0] for hits in searches())
     round1 = [cid for cid, _ in dense_hits[:per_round]]
     directives = decompose(question, [view.chunk_text[cid] for cid in round1]) if round1 else []
-    round2 = ([[cid for cid, _ in hits] for hits in search("chunks", embed(directives), per_round, None)]
+    round2 = ([[cid for cid, _ in hits] for hits in search("chunks", name_vectors(directives, view, embed), per_round,
+                                                            None)]
               if directives else [])
     parent = _fused_tree(_implicit_children(question, round1, directives, round2, view.chunk_text), view)
     tree_depth = {ROOT: 0}

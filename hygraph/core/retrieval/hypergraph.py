@@ -37,6 +37,7 @@ import numpy as np
 
 from hygraph.core.retrieval.context import (Context, ContextItem, LazySources, LazyTextItem, Search,
                                             passages_from_chunks)
+from hygraph.core.retrieval.linking import name_vectors
 from hygraph.core.retrieval.view import REQUIRED, Embed, IndexView, QuestionEntities, read_many
 
 _RRF_C = 60
@@ -51,7 +52,8 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     """HyperGraphRAG §4.2-4.3: entities (eq. 8), hyperedges (eq. 9), expansion (eq. 10-11), K* = K_H ∪ K_chunk.
 
     Entities are searched with the embedding of the question's extracted entity spans joined
-    into one text (the question's own vector when none were extracted); the k_v nearest are
+    into one text (the question's own vector when none were extracted; the entity's own vector when the text
+    is the name of an index entity: `name_vectors`); the k_v nearest are
     scored cosine x entity score and kept above tau_v. Hyperedges likewise with the question
     vector, k_h, hyperedge score and tau_h. Expansion adds the hyperedges of the retrieved
     entities and the entities of every hyperedge in K_H; an expanded item scores the best score
@@ -62,7 +64,7 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     question_searches = search.start([("hyperedges", query_vec[None, :], k_h, None),
                                       ("chunks", query_vec[None, :], k if k_chunk is None else k_chunk, None)])
     spans = question_entities(question)
-    entity_query = embed([", ".join(spans)])[0] if spans else query_vec
+    entity_query = name_vectors([", ".join(spans)], view, embed)[0] if spans else query_vec
     [entity_hits] = search("entities", entity_query[None, :], k_v, None)
     edge_hits, dense_hits = (hits[0] for hits in question_searches())
 

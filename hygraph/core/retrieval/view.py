@@ -58,6 +58,7 @@ class IndexView:
     entity_name: Mapping[str, str] = field(default_factory=dict)
     entity_desc: Mapping[str, str] = field(default_factory=dict)
     entity_score: Mapping[str, float] = field(default_factory=dict)
+    entity_embedding: Mapping[str, np.ndarray] = field(default_factory=dict)  # the text vector of its name
     entity_chunks: Mapping[str, Sequence[str]] = field(default_factory=dict)
     # relations: id -> (head entity id, phrase, tail entity id, score); adjacency by entity
     relations: Mapping[str, tuple[str, str, str, float]] = field(default_factory=dict)

@@ -284,6 +284,9 @@ class KnowledgeChange:
     new_hyperedges: list[str] = field(default_factory=list)
     removed_hyperedges: set[str] = field(default_factory=set)
     stale_entities: list[str] = field(default_factory=list)  # descriptions cleared: their summaries are redone
+    # Named by another surface form now (the most frequent one changed): their text vector embeds the name
+    # (`entity_text`), so it is embedded again, as a build from scratch would.
+    renamed_entities: list[str] = field(default_factory=list)
     chunks: dict[str, ChunkKnowledge] = field(default_factory=dict)  # the new chunks' contributions
 
 
@@ -418,6 +421,8 @@ def update(state: IndexState, removed: Sequence[ChunkRow], extractions: Sequence
             row = replace(old, relations=tuple(rel_list), hyperedges=tuple(he_list))
         if old is None:
             change.new_entities.append(eid)
+        elif row.name != old.name:
+            change.renamed_entities.append(eid)
         if not _same_entity(old, row):
             state.put(ENTITIES, row)
     return change

@@ -75,8 +75,9 @@ def build(pool: EmbedPool, kb: Knowledge, entity_ids: Sequence[str], relation_id
 
 
 def update(state: IndexState, embedder: "Embedder", kc: KnowledgeChange, delta: VectorDelta) -> None:
-    """Embed the new entities, relations and hyperedges; entity rows keep their vector for the hierarchy."""
-    entities = [state.require(ENTITIES, e) for e in kc.new_entities]
+    """Embed the new entities, relations and hyperedges, and the entities named anew (their vector embeds the
+    name); entity rows keep their vector for the hierarchy."""
+    entities = [state.require(ENTITIES, e) for e in [*kc.new_entities, *kc.renamed_entities]]
     relations = [state.require(RELATIONS, r) for r in kc.new_relations]
     hyperedges = [state.require(HYPEREDGES, h) for h in kc.new_hyperedges]
 
