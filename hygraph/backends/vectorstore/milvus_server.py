@@ -287,7 +287,9 @@ class StandaloneServer(ManagedServer):
             "proxy.http.enabled": False,  # the RESTful API: hygraph speaks gRPC only
             # A write is visible once its channel's time tick passes it, and every published version waits
             # for that (a strongly consistent read): at the default 200 ms a single-document insert took
-            # 0.20 s, at 50 ms 0.10-0.16 s, for ~3% of a core more while idle (docs/bench/scale.md).
+            # 0.20 s, at 50 ms 0.10-0.16 s (docs/bench/scale.md). The price is the idle server's CPU: with an
+            # index's 6 collections loaded, 41 ms a second at 200 ms, 61 at 100, 102 at 50 (milvus_idle in
+            # docs/bench/serve_musique_s56.md); rootCoord.dmlChannelNum changes nothing of it.
             "proxy.timeTickInterval": 50,
             "log.level": "warn",
             "log.file.rootPath": "",
