@@ -12,7 +12,7 @@ import pytest
 from hygraph.errors import StoreError
 from hygraph.store import exact
 from hygraph.store.artifacts import CHUNKS, RELATIONS, SUMMARIES, ChunkRow, RelationRow, SummaryRow
-from hygraph.store.exact import ExactVectors, exact_searches, scores_of, store_held, top_rows
+from hygraph.store.exact import ExactVectors, exact_searches, scores_of, scores_of_many, store_held, top_rows
 from hygraph.store.manifest import Manifest
 from hygraph.store.reading import VersionReader, VersionSearch
 from hygraph.store.versions import IndexStore
@@ -45,11 +45,20 @@ def test_top_rows_largest_first_ties_by_row_and_only_allowed_rows() -> None:
     assert top_rows(scores, 2, np.array([True, False, True, False, True])).tolist() == [2, 4]
 
 
-def test_scores_in_blocks_equal_one_product(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scores_equal_the_products_for_one_and_for_many_queries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One query by faiss's inner products, over a read-only matrix (a mapped segment's); several by the blocked
+    matrix-matrix product from GEMM_FROM queries on, by one product per query below."""
     rng = np.random.default_rng(0)
     matrix, q = rng.random((10, 4), dtype=np.float32), rng.random(4, dtype=np.float32)
-    monkeypatch.setattr(exact, "BLOCK_ELEMENTS", 12)  # 3 rows a block: 4 blocks, the last one short
+    matrix.setflags(write=False)
     np.testing.assert_allclose(scores_of(matrix, q), matrix @ q, rtol=1e-6)
+    np.testing.assert_allclose(scores_of(matrix[:0], q), np.zeros(0))
+    monkeypatch.setattr(exact, "GEMM_BLOCK_PRODUCTS", 12)  # 1 row a block at 3 queries of 4
+    for n in (1, exact.GEMM_FROM - 1, exact.GEMM_FROM, 5):
+        queries = rng.random((n, 4), dtype=np.float32)
+        np.testing.assert_allclose(scores_of_many(matrix, queries), queries @ matrix.T, rtol=1e-6)
+    with pytest.raises(ValueError, match="float32"):
+        scores_of(matrix.astype(np.float64), q)
 
 
 def test_a_version_scores_its_live_rows_only(tmp_path) -> None:
