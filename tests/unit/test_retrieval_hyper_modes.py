@@ -553,6 +553,8 @@ def test_name_vectors_are_the_entities_own_where_the_text_is_an_entitys_name() -
     calls.clear()
     np.testing.assert_allclose(name_vectors(["Zed Zedson"], view, embed), own[None, :], atol=1e-7)
     assert calls == []  # nothing to embed: no model call
+    with pytest.raises(ValueError, match="no names"):
+        name_vectors([], view, embed)
 
 
 def test_hyperbolic_directives_that_name_index_entities_search_by_the_entities_vectors() -> None:

@@ -81,9 +81,10 @@ def hyperbolic(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     dense_hits, relation_hits, hyperbolic_hits = (hits[0] for hits in searches())
     round1 = [cid for cid, _ in dense_hits[:per_round]]
     directives = decompose(question, [view.chunk_text[cid] for cid in round1]) if round1 else []
-    round2 = ([[cid for cid, _ in hits] for hits in search("chunks", name_vectors(directives, view, embed), per_round,
-                                                            None)]
-              if directives else [])
+    round2: list[list[str]] = []
+    if directives:
+        directive_hits = search("chunks", name_vectors(directives, view, embed), per_round, None)
+        round2 = [[cid for cid, _ in hits] for hits in directive_hits]
     parent = _fused_tree(_implicit_children(question, round1, directives, round2, view.chunk_text), view)
     tree_depth = {ROOT: 0}
     for child, par in parent.items():

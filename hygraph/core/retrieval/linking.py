@@ -90,7 +90,10 @@ def name_vectors(names: Sequence[str], view: IndexView, embed: Embed) -> np.ndar
     the text (an entity's vector embeds its name, and the updater embeds it again when the name changes), the
     model's for the others, in one call. hyperbolic's directives are entity names read from the passages (299
     of 300 on musique's dev questions), so its second round embeds nothing; hypergraph's question entities are
-    one such name in about a third of questions."""
+    one such name in about a third of questions. `names` must not be empty (the callers search only when there
+    are some)."""
+    if not names:
+        raise ValueError("name_vectors: no names")
     ids = [normalize_name(name) for name in names]
     stored = read_many(view.entity_embedding, ids, None)
     known = read_many(view.entity_name, ids, None)
@@ -100,4 +103,4 @@ def name_vectors(names: Sequence[str], view: IndexView, embed: Embed) -> np.ndar
     if missing:
         for i, vec in zip(missing, embed([names[i] for i in missing])):
             rows[i] = vec
-    return np.stack(rows).astype(np.float32, copy=False) if rows else np.zeros((0, 0), np.float32)
+    return np.stack(rows).astype(np.float32, copy=False)
