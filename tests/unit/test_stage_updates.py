@@ -175,13 +175,18 @@ def test_an_entity_named_anew_by_an_update_has_its_vector_embedded_again(tmp_pat
     def ex(cid: str, name: str) -> Extraction:
         return Extraction(cid, entities=[Entity("ada lovelace", name, "NAME", f"{name} in {cid}", 0.5)])
 
-    kb = knowledge.merge_extractions([ex("c1", "Ada Lovelace")])
-    entities, _, _ = knowledge.build_rows(kb, ["ada lovelace"], [], embedder.encode(["Ada Lovelace"]))
+    babbage = Entity("charles babbage", "Charles Babbage", "NAME", "Charles Babbage in c1", 0.5)
+    worked = Relation.make("Ada Lovelace", "worked with", "Charles Babbage")
+    first = Extraction("c1", entities=[*ex("c1", "Ada Lovelace").entities, babbage], relations=[worked])
+    kb = knowledge.merge_extractions([first])
+    entities, relations, _ = knowledge.build_rows(kb, ["ada lovelace", "charles babbage"], [],
+                                                  embedder.encode(["Ada Lovelace", "Charles Babbage"]))
     store = IndexStore(tmp_path, create=True)
     with store.begin() as w:
         w.replace(CHUNKS, [ChunkRow("c1", "c1", 0, "Ada Lovelace wrote.", 1, "", ("ada lovelace",), (), (),
                                     np.zeros(dims["text"], np.float32))], dims)
         w.replace(ENTITIES, entities, dims)
+        w.replace(RELATIONS, relations, dims)
         w.commit(Manifest(dims=dims, graph=True))
     state = IndexState(store.open())
 
@@ -191,7 +196,7 @@ def test_an_entity_named_anew_by_an_update_has_its_vector_embedded_again(tmp_pat
         return kc, delta
 
     kc, delta = insert(ex("c2", "Ada Lovelace"))
-    assert kc.renamed_entities == [] and "entities" not in delta.upserts
+    assert kc.renamed_entities == [] and "entities" not in delta.upserts and "relations" not in delta.upserts
     # The same id ("ada lovelace"), and a text the model embeds differently (its tokens keep punctuation).
     renamed = "Ada Lovelace!!"
     old_vec, new_vec = embedder.encode(["Ada Lovelace", renamed])
@@ -203,3 +208,7 @@ def test_an_entity_named_anew_by_an_update_has_its_vector_embedded_again(tmp_pat
     assert ids == ["ada lovelace"]
     np.testing.assert_allclose(vecs[0], new_vec, atol=1e-5)
     np.testing.assert_allclose(row.embedding, vecs[0])
+    # The relation's text names its ends: it is embedded again under the new name, as a build would embed it.
+    ids, vecs, _ = delta.upserts["relations"]
+    assert ids == [worked.id]
+    np.testing.assert_allclose(vecs[0], embedder.encode([f"{renamed} worked with Charles Babbage"])[0], atol=1e-5)

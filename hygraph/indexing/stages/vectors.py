@@ -75,10 +75,12 @@ def build(pool: EmbedPool, kb: Knowledge, entity_ids: Sequence[str], relation_id
 
 
 def update(state: IndexState, embedder: "Embedder", kc: KnowledgeChange, delta: VectorDelta) -> None:
-    """Embed the new entities, relations and hyperedges, and the entities named anew (their vector embeds the
-    name); entity rows keep their vector for the hierarchy."""
+    """Embed the new entities, relations and hyperedges, and what embeds the name of an entity named anew: its
+    own vector and its relations' (a relation's text names both ends); entity rows keep their vector for the
+    hierarchy."""
     entities = [state.require(ENTITIES, e) for e in [*kc.new_entities, *kc.renamed_entities]]
-    relations = [state.require(RELATIONS, r) for r in kc.new_relations]
+    renamed_relations = (r for e in entities[len(kc.new_entities):] for r in e.relations)  # live ones only
+    relations = [state.require(RELATIONS, r) for r in dict.fromkeys([*kc.new_relations, *renamed_relations])]
     hyperedges = [state.require(HYPEREDGES, h) for h in kc.new_hyperedges]
 
     def name(eid: str) -> str:
