@@ -475,9 +475,38 @@ def _gone_within(pid: int, timeout: float) -> bool:
     return False
 
 
+def _watchdogs() -> set[int]:
+    """This process's live watchdog children (connect starts one beside each server it starts)."""
+    out = set()
+    for p in psutil.Process().children():
+        try:
+            if "hygraph.backends.vectorstore.watchdog" in " ".join(p.cmdline()):
+                out.add(p.pid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            pass  # an earlier server's watchdog, exited
+    return out
+
+
+def _idle(pid: int, timeout: float = 60) -> None:
+    """Waits until process `pid` used no CPU for a second."""
+    proc, deadline = psutil.Process(pid), time.monotonic() + timeout
+    used = sum(proc.cpu_times()[:2])
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        now = sum(proc.cpu_times()[:2])
+        if now == used:
+            return
+        used = now
+    raise AssertionError(f"process {pid} still busy after {timeout} s")
+
+
 def test_the_last_client_out_stops_the_server(tmp_path):
-    a = connect(VectorStoreConfig(), tmp_path)
-    b = connect(VectorStoreConfig(), tmp_path)
+    """And the server's watchdog goes with it at once, not at its next lease check (60 s apart here)."""
+    before = _watchdogs()
+    a = connect(VectorStoreConfig(server_watch_s=60), tmp_path)
+    b = connect(VectorStoreConfig(server_watch_s=60), tmp_path)
+    [watchdog] = _watchdogs() - before
+    _idle(watchdog)  # past its imports and first lease check, waiting for the next
     state = _state(tmp_path)
     pid = state["pid"]
     a.close()
@@ -489,6 +518,7 @@ def test_the_last_client_out_stops_the_server(tmp_path):
     assert not Path(f"/tmp/milvus/server_id_{state.get('milvus_pid', pid)}").exists()
     assert not state.get("control") or not Path(state["control"]).exists()
     assert not _servers_of(tmp_path)
+    assert _gone_within(watchdog, 3), "the watchdog outlived its server"
 
 
 def test_a_server_that_does_not_answer_in_time_is_one_line_naming_its_log(tmp_path):
