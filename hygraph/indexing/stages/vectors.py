@@ -78,9 +78,11 @@ def update(state: IndexState, embedder: "Embedder", kc: KnowledgeChange, delta: 
     """Embed the new entities, relations and hyperedges, and what embeds the name of an entity named anew: its
     own vector and its relations' (a relation's text names both ends); entity rows keep their vector for the
     hierarchy."""
-    entities = [state.require(ENTITIES, e) for e in [*kc.new_entities, *kc.renamed_entities]]
-    renamed_relations = (r for e in entities[len(kc.new_entities):] for r in e.relations)  # live ones only
-    relations = [state.require(RELATIONS, r) for r in dict.fromkeys([*kc.new_relations, *renamed_relations])]
+    renamed = [state.require(ENTITIES, e) for e in kc.renamed_entities]
+    entities = [*(state.require(ENTITIES, e) for e in kc.new_entities), *renamed]
+    # An entity row lists its live relations only.
+    relation_ids = dict.fromkeys([*kc.new_relations, *(r for e in renamed for r in e.relations)])
+    relations = [state.require(RELATIONS, r) for r in relation_ids]
     hyperedges = [state.require(HYPEREDGES, h) for h in kc.new_hyperedges]
 
     def name(eid: str) -> str:
