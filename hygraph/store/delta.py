@@ -40,8 +40,8 @@ from hygraph.core.ppr import kind_weights
 from hygraph.core.retrieval.propagation import EDGE_WEIGHTS, SUBJECT_WEIGHT, title_names
 from hygraph.errors import StoreError
 from hygraph.store import derived
-from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, LEXICAL_CHUNKS, LEXICAL_ENTITIES,
-                                     NODE_CHUNK, NODE_ENTITY, NODE_HYPEREDGE, RELATIONS, Artifact)
+from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, LEXICAL_CHUNKS,
+                                     LEXICAL_ENTITIES, NODE_CHUNK, NODE_ENTITY, NODE_HYPEREDGE, RELATIONS, Artifact)
 from hygraph.store.derived import RawStrings
 from hygraph.store.segment import Segment, key_hash
 from hygraph.store.table import Table
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 MAX_SHARE = 0.1  # a delta with more rows than this share of the base's (and than MIN_ROWS) is derived in full
 MIN_ROWS = 256
 _TABLES = "tables.json"  # the segments of each artifact that a derived directory was made from
-_USED = (LEXICAL_CHUNKS, LEXICAL_ENTITIES, GRAPH, RELATIONS, CHUNKS, DOCUMENTS, ENTITIES)
+_USED = (LEXICAL_CHUNKS, LEXICAL_ENTITIES, GRAPH, RELATIONS, CHUNKS, DOCUMENTS, ENTITIES, HYPEREDGES)
 
 
 class _Refuse(Exception):
@@ -488,8 +488,25 @@ def _graph(b: derived.Derived, ch: _Change, arrays: dict[str, np.ndarray], strin
     keys = patch_keys(b.array("graph.nodes.keys"), nodes.new_pos, nodes.new_strings,
                       np.asarray([nodes.delta_pos[x] for x in nodes.new_strings], np.int64))
     strings["graph.nodes"] = RawStrings(s.offsets, s.data, keys)
+    arrays["graph.score"] = _scores(b, ch, nodes, source)
     _relations(b, ch, nodes, arrays, strings)
     _walk(b, ch, nodes, g, source, arrays, unsorted)
+
+
+def _scores(b: derived.Derived, ch: _Change, nodes: _Nodes, source: np.ndarray) -> np.ndarray:
+    """The nodes' extraction scores: the base's, at the nodes' new positions, and read again for every entity and
+    hyperedge whose row the version's new segments wrote or deleted or whose graph row they rewrote."""
+    score = np.zeros(nodes.n, np.float64)
+    carried = source >= 0
+    score[carried] = b.array("graph.score")[source[carried]]
+    for artifact, kind in ((ENTITIES, NODE_ENTITY), (HYPEREDGES, NODE_HYPEREDGE)):
+        if not ch.version.has(artifact):
+            continue
+        keys = list(dict.fromkeys([*ch.touched(artifact), *(x for x, k in zip(nodes.ids, nodes.kinds) if k == kind)]))
+        at = nodes.positions(keys)
+        values = np.asarray(ch.version.table(artifact).values_or(keys, "score", 0.0), np.float64)
+        score[at[at >= 0]] = values[at >= 0]
+    return score
 
 
 def _relations(b: derived.Derived, ch: _Change, nodes: _Nodes, arrays: dict[str, np.ndarray],

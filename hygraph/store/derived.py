@@ -36,7 +36,8 @@ from hygraph.errors import StoreError
 from hygraph.processes import locked
 from hygraph.store.segment import Strings, hashes, key_hash
 
-FORMAT = 2  # the layout below; a reader of another format recomputes (2: what store/delta.py patches from)
+# The layout below; a reader of another format recomputes. 2: what store/delta.py patches from; 3: graph.score.
+FORMAT = 3
 
 
 class StringIndex(Mapping[str, int]):

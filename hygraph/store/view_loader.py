@@ -262,6 +262,21 @@ def _graph(version: Version, rows: list[np.ndarray] | None = None) -> HybridGrap
         "relation_tails": _positions(tails, nodes, "a relation tail")})
 
 
+def _graph_score(version: Version, g: HybridGraph) -> np.ndarray:
+    """Each node's extraction score (IndexView.graph_score); a hyperedge member with no entity row scores 0."""
+    score = np.zeros(g.n_nodes, np.float64)
+    nodes = pa.array(g.node_ids, pa.large_string())
+    for artifact in (ENTITIES, HYPEREDGES):
+        if not version.has(artifact):
+            continue
+        ids, scores = _arrays(version, artifact, ("id", "score"))
+        at = pc.index_in(ids, value_set=nodes)
+        if at.null_count:  # the graph stage writes every entity and hyperedge as a node
+            raise StoreError(f"an {artifact.name} row names a node the graph artifact does not hold")
+        score[_numbers(at, at.type.to_pandas_dtype())] = _numbers(scores, np.float64)
+    return score
+
+
 def _libc_trim() -> Callable[[int], int] | None:
     name = ctypes.util.find_library("c")
     try:
@@ -294,6 +309,7 @@ class Structures:
     entity_lexical: LexicalIndex | None = None
     graph: HybridGraph | None = None
     walk: Walk | None = None
+    graph_score: np.ndarray | None = None  # IndexView.graph_score
     # What store/delta.py patches a later version's structures from: where each lexical row and relation
     # comes from (`delta.provenance`), whether the stored neighbour lists are symmetric (then the adjacency
     # equals them), and the (chunk, entity) edges the walk weighs as subject edges.
@@ -312,6 +328,7 @@ def _derive(version: Version) -> Structures:
     if version.has(ENTITIES):
         rows = []
         out.graph = g = _graph(version, rows)
+        out.graph_score = _graph_score(version, g)
         lengths, mirrored = rows[0], bool(rows[1][0])
         out.rows["relations"] = rows[2]
         # Lists that are a multiset equal to their mirror and as long as each node's adjacency row hold no repeat,
@@ -345,6 +362,7 @@ def _write_structures(directory: Path, got: Structures, tables: Mapping[str, Seq
         arrays.update(_sparse("walk", got.walk.matrix))
         arrays["walk.dangling"] = got.walk.dangling
         arrays["graph.symmetric"] = np.array([got.symmetric], np.int64)
+        arrays["graph.score"] = got.graph_score
         if got.subject is not None:
             arrays["walk.subject"] = got.subject
         strings["graph.nodes"], strings["graph.relations"] = g.node_ids, g.relation_ids
@@ -388,6 +406,7 @@ def _read_structures(d: derived.Derived) -> Structures:
             relation_ids=d.strings("graph.relations"), relation_heads=d.array("graph.relation_heads"),
             relation_tails=d.array("graph.relation_tails"), lookup=nodes)
         out.walk = Walk(_mapped_sparse(d, "walk", sp.csc_matrix), d.array("walk.dangling"))
+        out.graph_score = d.array("graph.score")
     return out
 
 
@@ -440,8 +459,8 @@ def _load_view(version: Version) -> IndexView:
                      doc_metadata=_col(version, DOCUMENTS, "metadata"),
                      chunk_embedding=_col(version, CHUNKS, "embedding"))
     got = structures(version)
-    view.chunk_lexical, view.entity_lexical, view.graph, view.walk = (
-        got.chunk_lexical, got.entity_lexical, got.graph, got.walk)
+    view.chunk_lexical, view.entity_lexical, view.graph, view.walk, view.graph_score = (
+        got.chunk_lexical, got.entity_lexical, got.graph, got.walk, got.graph_score)
     if not version.has(ENTITIES):
         return view
     view.entity_name = _col(version, ENTITIES, "name")

@@ -15,9 +15,9 @@ import pytest
 
 from hygraph.core.lexical import analyze
 from hygraph.store import delta, derived, view_loader
-from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, LEXICAL_CHUNKS, LEXICAL_ENTITIES,
+from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, LEXICAL_CHUNKS, LEXICAL_ENTITIES,
                                      NODE_CHUNK, NODE_ENTITY, NODE_HYPEREDGE, RELATIONS, ChunkRow, DocumentRow,
-                                     EntityRow, GraphNodeRow, PostingsRow, RelationRow)
+                                     EntityRow, GraphNodeRow, HyperedgeRow, PostingsRow, RelationRow)
 from hygraph.store.manifest import Manifest
 from hygraph.store.versions import IndexStore, Version
 
@@ -40,6 +40,7 @@ class Corpus:
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
+        self.scores = random.Random(7)  # the rows' extraction scores, drawn apart from the corpus's changes
         self.docs: dict[str, tuple[str, list[str]]] = {}  # doc -> (title, chunks)
         self.chunk_text: dict[str, str] = {}
         self.chunk_doc: dict[str, str] = {}
@@ -68,6 +69,8 @@ class Corpus:
             if kind == NODE_ENTITY:
                 self._touch("entities", node)
                 self._touch("lexical_entities", node)
+            if kind == NODE_HYPEREDGE:
+                self._touch("hyperedges", node)
 
     def _link(self, a: str, b: str) -> None:
         if a != b and b not in self.adj[a]:
@@ -83,6 +86,8 @@ class Corpus:
         self._drop("graph", node)
         self.entities.discard(node)
         self.hyperedges.discard(node)
+        if self.kind[node] == NODE_HYPEREDGE:
+            self._drop("hyperedges", node)
         if self.kind.pop(node) == NODE_ENTITY:
             self._drop("entities", node)
             self._drop("lexical_entities", node)
@@ -110,6 +115,7 @@ class Corpus:
             for e in rng.sample(ENTITY_NAMES, rng.randint(0, 4)):
                 self._node(e, NODE_ENTITY)
                 self._link(c, e)
+                self._touch("entities", e)  # a new mention rewrites the row, and may change its score
             others = [x for x in self.chunk_doc if x != c]
             for other in rng.sample(others, min(len(others), rng.randint(0, 2))):
                 self._link(c, other)
@@ -117,6 +123,7 @@ class Corpus:
                 h = f"h{rng.randint(0, 6)}"
                 self._node(h, NODE_HYPEREDGE)
                 self._link(h, c)
+                self._touch("hyperedges", h)
                 for e in rng.sample(sorted(self.entities), min(2, len(self.entities))):
                     self._link(h, e)
         ents = sorted(self.entities)
@@ -154,9 +161,12 @@ class Corpus:
             return _postings(key, self.chunk_text[key])
         if artifact == "lexical_entities":
             return _postings(key, key)
-        if artifact == "entities":
-            return EntityRow(key, key, "NAME", "", 0.5, (), (), (), (key,), np.ones(1, np.int64),
+        if artifact == "entities":  # each write scores it anew (graph.score follows the rows)
+            return EntityRow(key, key, "NAME", "", self.scores.random(), (), (), (), (key,), np.ones(1, np.int64),
                              np.zeros(2, np.float32))
+        if artifact == "hyperedges":
+            return HyperedgeRow(key, f"fact {key}", tuple(sorted(self.entities & self.adj[key])), self.scores.random(),
+                                ())
         if artifact == "relations":
             h, t = self.relations[key]
             return RelationRow(key, h, "rel", t, 1.0, ())
@@ -165,7 +175,8 @@ class Corpus:
         self.rng.shuffle(nbrs)
         return GraphNodeRow(key, self.kind[key], tuple(nbrs), np.zeros(2, np.float32))
 
-    ARTIFACTS = {a.name: a for a in (DOCUMENTS, CHUNKS, LEXICAL_CHUNKS, LEXICAL_ENTITIES, ENTITIES, RELATIONS, GRAPH)}
+    ARTIFACTS = {a.name: a for a in (DOCUMENTS, CHUNKS, LEXICAL_CHUNKS, LEXICAL_ENTITIES, ENTITIES, RELATIONS,
+                                     HYPEREDGES, GRAPH)}
 
     def write(self, store: IndexStore) -> int:
         base = store.open() if store.current_version() is not None else None
@@ -213,6 +224,14 @@ def _same(version: Version, patched: derived.Derived, full: derived.Derived) -> 
     assert (ga.adjacency != gb.adjacency).nnz == 0
     assert np.array_equal(ga.adjacency.indices, gb.adjacency.indices)
     assert np.array_equal(ga.adjacency.indptr, gb.adjacency.indptr)
+    assert np.array_equal(p.graph_score, f.graph_score)
+    # Each entity's and hyperedge's node carries its row's extraction score (hypergraph's expansion reads them).
+    for ids, artifact, first in ((gb.entity_ids, ENTITIES, gb.entity_slice.start),
+                                 (gb.hyperedge_ids, HYPEREDGES, gb.hyperedge_slice.start)):
+        for i in range(0, len(ids), max(1, len(ids) // 200)):
+            row = version.table(artifact).get(ids[i]) if version.has(artifact) else None
+            assert f.graph_score[first + i] == (row.score if row is not None else 0.0), ids[i]
+    assert not f.graph_score[gb.chunk_slice].any()
     assert list(ga.relation_ids) == list(gb.relation_ids)
     assert ga.relation_heads.tolist() == gb.relation_heads.tolist()
     assert ga.relation_tails.tolist() == gb.relation_tails.tolist()

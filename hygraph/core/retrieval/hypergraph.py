@@ -30,7 +30,6 @@ chunks score in (0, 1] like the entity and hyperedge items they share a prompt b
 from __future__ import annotations
 
 from itertools import chain
-from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -38,6 +37,7 @@ import numpy as np
 from hygraph.core.retrieval.context import (Context, ContextItem, LazySources, LazyTextItem, Search,
                                             passages_from_chunks)
 from hygraph.core.retrieval.linking import name_vectors
+from hygraph.core.graph import HybridGraph
 from hygraph.core.retrieval.view import REQUIRED, Embed, IndexView, QuestionEntities, read_many
 
 _RRF_C = 60
@@ -60,6 +60,8 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     of an item that reached it times its own extraction score. K_chunk is the k_chunk (default
     k) nearest chunks. Passages: the module docstring's fusion, top k.
     """
+    if view.graph is None or view.graph_score is None:
+        raise ValueError("hypergraph needs the view's hybrid graph and its node scores")
     # The searches with the question's own vector run while its entity spans are extracted and embedded.
     question_searches = search.start([("hyperedges", query_vec[None, :], k_h, None),
                                       ("chunks", query_vec[None, :], k if k_chunk is None else k_chunk, None)])
@@ -68,42 +70,35 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     [entity_hits] = search("entities", entity_query[None, :], k_v, None)
     edge_hits, dense_hits = (hits[0] for hits in question_searches())
 
-    # Each view lookup decodes from the mapped columns and the expansion meets the same hyperedges and hub
-    # entities many times: every item's extraction score, members and chunks are read once per query
-    # (`_Reads`), and each wave of items is read in one call per field (`_Memo.fill`: one key search and one
-    # column read for all of them, where a lookup per item cost more than the expansion itself). The
-    # additions below keep the order of the plain loops, so the sums and ties are the same.
-    reads = _Reads(view)
-    reads.entity_score.fill(u for u, _ in entity_hits)
-    retrieved_entities = _scored_above(entity_hits, reads.entity_score.__getitem__, tau_v)
-    reads.entity_edges.fill(retrieved_entities)
-    reads.edge_score.fill(chain((e for e, _ in edge_hits),
-                                (e for v in retrieved_entities for e in reads.entity_edges[v])))
-    edge_score = _scored_above(edge_hits, reads.edge_score.__getitem__, tau_h)
-    for v, s in retrieved_entities.items():
-        for e in reads.entity_edges[v]:
-            value = s * reads.edge_score[e]
-            if value > edge_score.get(e, -np.inf):
-                edge_score[e] = value
-    entity_score = dict(retrieved_entities)
-    reads.members.fill(edge_score)
-    reads.entity_score.fill(u for e in edge_score for u in reads.members[e])
-    for e, s in edge_score.items():
-        for u in reads.members[e]:
-            value = s * reads.entity_score[u]
-            if value > entity_score.get(u, -np.inf):
-                entity_score[u] = value
+    # The expansion runs on the graph's node numbers: its adjacency holds the hypergraph's incidence (entity -
+    # hyperedge) and provenance (entity - chunk, hyperedge - chunk), and `graph_score` each node's extraction
+    # score. A query reaches hundreds of entities and thousands of chunks; looking each up by id cost more
+    # than the expansion itself. Items are taken in the order the paper's loops meet them (the first meeting
+    # breaks ties), so the scores and rankings are those of loops over ids.
+    g, score = view.graph, view.graph_score
+    graph = _Bipartite(g)
+    entities, entity_s = _scored_above(entity_hits, g.node_index, score, tau_v)
+    hits, hit_s = _scored_above(edge_hits, g.node_index, score, tau_h)
+    reached, by = graph.neighbours(entities, graph.hyperedges)
+    edges, edge_s = _best_of(np.concatenate([hits, reached]), np.concatenate([hit_s, entity_s[by] * score[reached]]))
+    members, by = graph.neighbours(edges, graph.entities)
+    nodes, node_s = _best_of(np.concatenate([entities, members]),
+                             np.concatenate([entity_s, edge_s[by] * score[members]]))
 
-    reads.edge_chunks.fill(edge_score)
-    reads.entity_chunks.fill(entity_score)
-    evidence: dict[str, float] = {}
-    _spread(evidence, ((reads.edge_chunks[e], s) for e, s in edge_score.items()))
-    _spread(evidence, ((reads.entity_chunks[u], s) for u, s in entity_score.items()))
+    # Evidence: each item's score split evenly over its chunks, facts first; a chunk's sum adds its shares in item
+    # order (`bincount` adds in input order), and the graph ranking breaks ties by first meeting.
+    edge_chunks, edge_by = graph.neighbours(edges, graph.chunks)
+    node_chunks, node_by = graph.neighbours(nodes, graph.chunks)
+    met = np.concatenate([edge_chunks, node_chunks])
+    share = np.concatenate([(edge_s / np.maximum(np.bincount(edge_by, minlength=len(edges)), 1))[edge_by],
+                            (node_s / np.maximum(np.bincount(node_by, minlength=len(nodes)), 1))[node_by]])
+    evidence = np.bincount(met, weights=share, minlength=graph.chunks.stop)
+    touched = _first_met(met)
+    graph_ranking = touched[np.argsort(-evidence[touched], kind="stable")].tolist()
 
-    dense_ranking = [cid for cid, _ in dense_hits]
-    graph_ranking = sorted(evidence, key=evidence.__getitem__, reverse=True)  # stable: ties in insertion order
+    dense_ranking = [at for at in (g.node_index.get(cid) for cid, _ in dense_hits) if at is not None]
     if dense_ranking:
-        if dense_ranking[0] in evidence:  # evidence's chunks are distinct: it is in the ranking once
+        if dense_ranking[0] in graph_ranking:  # it is there once: the ranking's chunks are distinct
             graph_ranking.remove(dense_ranking[0])
         graph_ranking.insert(0, dense_ranking[0])
     fused, fused_scores = _reciprocal_rank_fusion(dense_ranking, graph_ranking)
@@ -111,43 +106,122 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
     # until k passages are found, and the chunk items are the fused chunks of those passages, found from
     # the passages' chunk lists rather than by looking up the passage of every fused chunk.
     doc_of = _DocOf(view)
-    entity_text, edge_text = _EntityText(view), _Texts(view.hyperedge_text)
+    chunk_ids = g.chunk_ids
     passages = passages_from_chunks(
-        (ContextItem(cid, "chunk", "", score, (doc_of[cid],)) for cid, score in zip(fused, fused_scores)),
+        (ContextItem(chunk_ids[at], "chunk", "", s, (doc_of[chunk_ids[at]],)) for at, s in zip(fused, fused_scores)),
         view.titles, k)
     rank = dict(zip(fused, range(len(fused))))
-    kept = {cid: p.id for p in passages for cid in view.doc_chunks.get(p.id, ()) if cid in rank}
+    kept: dict[int, tuple[str, str]] = {}
+    for p in passages:
+        for cid in view.doc_chunks.get(p.id, ()):
+            at = g.node_index.get(cid)
+            if at in rank:
+                kept[at] = (cid, p.id)
 
+    # Texts, sources (the passages of an item's chunks) and a fact's members are made when used: the prompt
+    # budget keeps the best-scored hundred or so of the hundreds of items, and reads theirs together.
+    sources = _NeighbourIds(graph, graph.chunks, chunk_ids, then=doc_of)
+    links = _NeighbourIds(graph, graph.entities, g.entity_ids)
+    node_rank, edge_rank = np.argsort(-node_s, kind="stable"), np.argsort(-edge_s, kind="stable")
+    links.pending = edges[edge_rank].tolist()
+    entity_text, edge_text = _EntityText(view), _Texts(view.hyperedge_text)
     return Context(
-        chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], fused_scores[rank[cid]], (kept[cid],))
-                for cid in sorted(kept, key=rank.__getitem__)],
-        # Texts and sources (`doc_of` of the item's chunks) are read when used: the prompt budget keeps the
-        # best-scored hundred or so of the hundreds of items.
-        entities=[LazyTextItem.deferred(u, "entity", entity_text, s, LazySources(doc_of, reads.entity_chunks[u]))
-                  for u, s in _best_first(entity_score.items())],
-        hyperedges=[LazyTextItem.deferred(e, "hyperedge", edge_text, s, LazySources(doc_of, reads.edge_chunks[e]),
-                                          links=tuple(reads.members[e]))
-                    for e, s in _best_first(edge_score.items())],
+        chunks=[ContextItem(cid, "chunk", view.chunk_text[cid], fused_scores[rank[at]], (doc,))
+                for at, (cid, doc) in sorted(kept.items(), key=lambda kept_at: rank[kept_at[0]])],
+        entities=[LazyTextItem.deferred(u, "entity", entity_text, s, LazySources(sources, node))
+                  for u, s, node in zip(_names(g.entity_ids, nodes[node_rank] - graph.entities.start),
+                                        node_s[node_rank].tolist(), nodes[node_rank].tolist())],
+        hyperedges=[LazyTextItem.deferred(e, "hyperedge", edge_text, s, LazySources(sources, node),
+                                          links=LazySources(links, node))
+                    for e, s, node in zip(_names(g.hyperedge_ids, edges[edge_rank] - graph.hyperedges.start),
+                                          edge_s[edge_rank].tolist(), edges[edge_rank].tolist())],
         passages=passages,
         notes={"question_entities": list(spans)},
     )
 
 
-def _scored_above(hits: list[tuple[str, float]], extraction_score: Callable[[str], float],
-                  tau: float) -> dict[str, float]:
-    """Eq. 8 / 9: similarity x extraction score, kept when above tau, best first."""
-    scored = ((item_id, sim * extraction_score(item_id)) for item_id, sim in hits)
-    return dict(_best_first((i, s) for i, s in scored if s > tau))
+def _scored_above(hits: list[tuple[str, float]], node_index: Mapping[str, int], score: np.ndarray,
+                  tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. 8 / 9: the hits' nodes and similarity x extraction score, kept when above tau, best first (ties in hit
+    order). A hit the version does not hold (a newer version's row of a shared collection) is left out."""
+    found = [(at, sim) for at, sim in ((node_index.get(i), sim) for i, sim in hits) if at is not None]
+    nodes = np.fromiter((at for at, _ in found), np.int64, len(found))
+    s = np.fromiter((sim for _, sim in found), np.float64, len(found)) * score[nodes]
+    keep = s > tau
+    order = np.argsort(-s[keep], kind="stable")
+    return nodes[keep][order], s[keep][order]
 
 
-def _spread(evidence: dict[str, float], scored: Iterable[tuple[Sequence[str], float]]) -> None:
-    """Each item's score split evenly over its chunks, added in item order (one call for all the items)."""
-    get = evidence.get
-    for chunk_ids, score in scored:
-        if chunk_ids:
-            share = score / len(chunk_ids)
-            for cid in chunk_ids:
-                evidence[cid] = get(cid, 0.0) + share
+def _first_met(nodes: np.ndarray) -> np.ndarray:
+    """The distinct nodes in the order they first appear."""
+    _, first = np.unique(nodes, return_index=True)
+    return nodes[np.sort(first)]
+
+
+def _best_of(nodes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct node once, in first-met order, with the best of its values."""
+    distinct, first, inverse = np.unique(nodes, return_index=True, return_inverse=True)
+    best = np.full(len(distinct), -np.inf)
+    np.maximum.at(best, inverse, values)
+    order = np.argsort(first, kind="stable")
+    return distinct[order], best[order]
+
+
+class _Bipartite:
+    """The hybrid graph's rows read as the hypergraph's: a node's neighbours of one kind (a range of node numbers)."""
+
+    def __init__(self, g: HybridGraph) -> None:
+        self.indptr, self.indices = g.adjacency.indptr, g.adjacency.indices
+        self.chunks, self.entities, self.hyperedges = g.chunk_slice, g.entity_slice, g.hyperedge_slice
+
+    def neighbours(self, rows: np.ndarray, kind: slice) -> tuple[np.ndarray, np.ndarray]:
+        """The neighbours of `kind` of each row, row after row (a row's in node order), and for each the position
+        in `rows` of the row it came from."""
+        rows = np.asarray(rows, np.int64)
+        starts = self.indptr[rows].astype(np.int64)
+        lengths = self.indptr[rows + 1].astype(np.int64) - starts
+        by = np.repeat(np.arange(len(rows)), lengths)
+        at = np.arange(int(lengths.sum())) + np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+        found = self.indices[at].astype(np.int64)
+        keep = (found >= kind.start) & (found < kind.stop)
+        return found[keep], by[keep]
+
+
+def _names(strings: Sequence[str], rows: np.ndarray) -> list[str]:
+    """The strings at these rows, in one read where the sequence is a mapped one (`Strings.many`)."""
+    many = getattr(strings, "many", None)
+    return many(rows) if many is not None else [strings[i] for i in rows.tolist()]
+
+
+class _NeighbourIds:
+    """Node -> the ids of its neighbours of one kind (or `then` of those ids): the LazySources function of the items.
+    `prepare` reads the neighbours of many nodes together (the prompt's items, `LazySources.prepare_all`); the first
+    call for a node not prepared reads the `pending` nodes' together with it (every fact's members, for a response)."""
+
+    def __init__(self, graph: _Bipartite, kind: slice, strings: Sequence[str],
+                 then: Callable[[Sequence[str]], Sequence[str]] | None = None) -> None:
+        self.graph, self.kind, self.strings, self.then = graph, kind, strings, then
+        self.known: dict[int, list[str]] = {}
+        self.pending: list[int] = []
+
+    def prepare(self, calls: Iterable[tuple[int]]) -> None:
+        nodes = [node for node, in calls if node not in self.known]
+        if not nodes:
+            return
+        found, by = self.graph.neighbours(np.asarray(nodes, np.int64), self.kind)
+        ids = _names(self.strings, found - self.kind.start)
+        cuts = np.searchsorted(by, np.arange(len(nodes) + 1)).tolist()
+        for i, node in enumerate(nodes):
+            self.known[node] = ids[cuts[i]:cuts[i + 1]]
+        if isinstance(self.then, _DocOf):
+            self.then.prepare([(self.known[node],) for node in nodes])
+
+    def __call__(self, node: int) -> Sequence[str]:
+        if node not in self.known:
+            self.prepare([(n,) for n in self.pending] + [(node,)])
+            self.pending = []
+        found = self.known[node]
+        return self.then(found) if self.then is not None else found
 
 
 def _reciprocal_rank_fusion(dense_ranking: list[str], graph_ranking: list[str]) -> tuple[list[str], list[float]]:
@@ -165,11 +239,6 @@ def _reciprocal_rank_fusion(dense_ranking: list[str], graph_ranking: list[str]) 
     # as every chunk has a rank of its own in one list.
     order = np.lexsort((graph_rank, dense_rank, -fused))
     return [ids[i] for i in order.tolist()], (fused[order] / (2.0 / (_RRF_C + 1))).tolist()
-
-
-def _best_first(scored: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
-    # A reversed sort is stable too: equal scores keep their order.
-    return sorted(scored, key=itemgetter(1), reverse=True)
 
 
 class _Texts:
@@ -238,15 +307,3 @@ class _DocOf(_Memo):
         """Reads the passages of the chunks of all these calls together (`LazySources.prepare_all`: the prompt's
         items, one read of the view rather than one per item)."""
         self.fill(chain.from_iterable(args[0] for args in calls))
-
-
-class _Reads:
-    """The view's entity and hyperedge fields that the expansion reads, each item's read once per query."""
-
-    def __init__(self, view: IndexView) -> None:
-        self.entity_score = _Memo(view.entity_score)
-        self.edge_score = _Memo(view.hyperedge_score)
-        self.members = _Memo(view.hyperedge_entities)
-        self.entity_edges = _Memo(view.entity_hyperedges, ())
-        self.entity_chunks = _Memo(view.entity_chunks, ())
-        self.edge_chunks = _Memo(view.hyperedge_chunks, ())

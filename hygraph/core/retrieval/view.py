@@ -91,6 +91,8 @@ class IndexView:
     # the hybrid graph (node ids, adjacency) and its weighted walk for personalized PageRank
     graph: HybridGraph | None = None
     walk: Walk | None = None
+    # each graph node's extraction score by node number: an entity's and a hyperedge's `*_score`, 0 for a chunk
+    graph_score: np.ndarray | None = None
 
     def known(self, kind: str) -> Container[str]:
         """The ids of a vector collection's kind that this version holds: collections are shared by
