@@ -43,9 +43,9 @@ class Search(Protocol):
 
 
 class LazySources(Sequence[str]):
-    """An item's passage ids, computed on first read: a mode that returns hundreds of items (hypergraph's
-    expansion reaches hub entities with thousands of mentions) pays for the sources of the ones the prompt
-    keeps only. Equal to any sequence of the same ids; pickles, and is numbered (core/prompt.py), as a tuple.
+    """An item's passage ids (or a fact's member ids), computed on first read: a mode that returns hundreds of items
+    (hypergraph's expansion reaches hub entities with thousands of mentions) pays for the sources of the ones the
+    prompt keeps only. Equal to any sequence of the same ids; pickles, and is numbered (core/prompt.py), as a tuple.
     The ids are `compute(*args)`: a shared function and its arguments rather than a closure per item, and no
     instance dict, so that the hundreds of them a query makes are few objects for the garbage collector."""
 

@@ -34,10 +34,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from hygraph.core.graph import HybridGraph
 from hygraph.core.retrieval.context import (Context, ContextItem, LazySources, LazyTextItem, Search,
                                             passages_from_chunks)
 from hygraph.core.retrieval.linking import name_vectors
-from hygraph.core.graph import HybridGraph
 from hygraph.core.retrieval.view import REQUIRED, Embed, IndexView, QuestionEntities, read_many
 
 _RRF_C = 60
