@@ -263,7 +263,9 @@ def _graph(version: Version, rows: list[np.ndarray] | None = None) -> HybridGrap
 
 
 def _graph_score(version: Version, g: HybridGraph) -> np.ndarray:
-    """Each node's extraction score (IndexView.graph_score); a hyperedge member with no entity row scores 0."""
+    """Each node's extraction score (IndexView.graph_score): a node with no entity or hyperedge row (a chunk, a fact's
+    member that is no entity of the index) scores 0, and a row that is no node (which the graph's edges cannot
+    reach) is left out, as store/delta.py's `_scores` leaves it."""
     score = np.zeros(g.n_nodes, np.float64)
     nodes = pa.array(g.node_ids, pa.large_string())
     for artifact in (ENTITIES, HYPEREDGES):
@@ -271,9 +273,8 @@ def _graph_score(version: Version, g: HybridGraph) -> np.ndarray:
             continue
         ids, scores = _arrays(version, artifact, ("id", "score"))
         at = pc.index_in(ids, value_set=nodes)
-        if at.null_count:  # the graph stage writes every entity and hyperedge as a node
-            raise StoreError(f"an {artifact.name} row names a node the graph artifact does not hold")
-        score[_numbers(at, at.type.to_pandas_dtype())] = _numbers(scores, np.float64)
+        found = at.is_valid()
+        score[_numbers(at.filter(found), at.type.to_pandas_dtype())] = _numbers(scores.filter(found), np.float64)
     return score
 
 
