@@ -30,7 +30,7 @@ chunks score in (0, 1] like the entity and hyperedge items they share a prompt b
 from __future__ import annotations
 
 from itertools import chain
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from hygraph.core.graph import HybridGraph
 from hygraph.core.retrieval.context import (Context, ContextItem, LazySources, LazyTextItem, Search,
                                             passages_from_chunks)
 from hygraph.core.retrieval.linking import name_vectors
-from hygraph.core.retrieval.view import REQUIRED, Embed, IndexView, QuestionEntities, read_many
+from hygraph.core.retrieval.view import Embed, IndexView, QuestionEntities, read_many
 
 _RRF_C = 60
 # An item's passages are read together from this many chunks on (a hub entity's); an item of a few chunks, as most
@@ -272,30 +272,23 @@ def _joined(name: str, desc: str) -> str:
     return f"{name}: {desc}" if desc else name
 
 
-class _Memo(dict):
-    """`memo[key]`: the view field's value of `key`, read once per query. A dict, so that a key read before costs
-    one dict lookup and no Python call (the expansion reads hub entities hundreds of times a query); `fill` reads
-    many keys in one call, and a key not filled is read alone."""
-
-    def __init__(self, field: Mapping[str, Any], default: Any = REQUIRED) -> None:
-        super().__init__()
-        self.field, self.default = field, default
-
-    def fill(self, keys: Iterable[str]) -> None:
-        todo = [key for key in dict.fromkeys(keys) if key not in self]
-        if todo:
-            self.update(zip(todo, read_many(self.field, todo, self.default)))
-
-    def __missing__(self, key: str) -> Any:
-        got = self[key] = self.field[key] if self.default is REQUIRED else self.field.get(key, self.default)
-        return got
-
-
-class _DocOf(_Memo):
-    """Chunk id -> its passage id, each looked up in the view once per query (hub entities share chunks)."""
+class _DocOf(dict):
+    """Chunk id -> its passage id, each looked up in the view once per query (hub entities share chunks). A dict, so
+    that a chunk read before costs one dict lookup and no Python call; `fill` reads many chunks in one call, and a
+    chunk not filled is read alone."""
 
     def __init__(self, view: IndexView) -> None:
-        super().__init__(view.chunk_doc)
+        super().__init__()
+        self.field = view.chunk_doc
+
+    def fill(self, chunk_ids: Iterable[str]) -> None:
+        todo = [cid for cid in dict.fromkeys(chunk_ids) if cid not in self]
+        if todo:
+            self.update(zip(todo, read_many(self.field, todo)))
+
+    def __missing__(self, chunk_id: str) -> str:
+        got = self[chunk_id] = self.field[chunk_id]
+        return got
 
     def __call__(self, chunk_ids: Sequence[str]) -> tuple[str, ...]:
         """The passages of the chunks, first-mention order, each once."""
