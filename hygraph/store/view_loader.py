@@ -239,9 +239,9 @@ def _positions(values: pa.Array, nodes: pa.Array, what: str) -> np.ndarray:
     return _numbers(found, found.type.to_pandas_dtype()).astype(np.int64)
 
 
-def _graph(version: Version, rows: list[np.ndarray] | None = None) -> HybridGraph:
+def _graph(version: Version, rows: list[np.ndarray] | None = None) -> tuple[HybridGraph, pa.Array]:
     """The hybrid graph of the stored neighbour lists, nodes ordered as a build orders them (chunks, then
-    entities and hyperedges sorted by id), with its relations."""
+    entities and hyperedges sorted by id), with its relations; and its node ids as one Arrow array."""
     ids, kinds, neighbours = _arrays(version, GRAPH, ("id", "kind", "neighbours"))
     node_ids = np.asarray(ids.to_pylist(), dtype=object)
     kind = _numbers(kinds, np.int64)
@@ -259,15 +259,14 @@ def _graph(version: Version, rows: list[np.ndarray] | None = None) -> HybridGrap
         "chunk_ids": chunk_ids, "entity_ids": entity_ids, "hyperedge_ids": hyperedge_ids, "edge_src": src,
         "edge_dst": dst, "relation_ids": rel_ids.to_pylist(),
         "relation_heads": _positions(heads, nodes, "a relation head"),
-        "relation_tails": _positions(tails, nodes, "a relation tail")})
+        "relation_tails": _positions(tails, nodes, "a relation tail")}), nodes
 
 
-def _graph_score(version: Version, g: HybridGraph) -> np.ndarray:
+def _graph_score(version: Version, nodes: pa.Array) -> np.ndarray:
     """Each node's extraction score (IndexView.graph_score): a node with no entity or hyperedge row (a chunk, a fact's
     member that is no entity of the index) scores 0, and a row that is no node (which the graph's edges cannot
     reach) is left out, as store/delta.py's `_scores` leaves it."""
-    score = np.zeros(g.n_nodes, np.float64)
-    nodes = pa.array(g.node_ids, pa.large_string())
+    score = np.zeros(len(nodes), np.float64)
     for artifact in (ENTITIES, HYPEREDGES):
         if not version.has(artifact):
             continue
@@ -328,8 +327,8 @@ def _derive(version: Version) -> Structures:
             out.rows[name] = rows[0]
     if version.has(ENTITIES):
         rows = []
-        out.graph = g = _graph(version, rows)
-        out.graph_score = _graph_score(version, g)
+        g, nodes = _graph(version, rows)
+        out.graph, out.graph_score = g, _graph_score(version, nodes)
         lengths, mirrored = rows[0], bool(rows[1][0])
         out.rows["relations"] = rows[2]
         # Lists that are a multiset equal to their mirror and as long as each node's adjacency row hold no repeat,

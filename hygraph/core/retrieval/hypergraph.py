@@ -30,7 +30,7 @@ chunks score in (0, 1] like the entity and hyperedge items they share a prompt b
 from __future__ import annotations
 
 from itertools import chain
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -120,7 +120,7 @@ def hypergraph(question: str, query_vec: np.ndarray, k: int, view: IndexView, se
 
     # Texts, sources (the passages of an item's chunks) and a fact's members are made when used: the prompt
     # budget keeps the best-scored hundred or so of the hundreds of items, and reads theirs together.
-    sources = _NeighbourIds(graph, graph.chunks, chunk_ids, then=doc_of)
+    sources = _NeighbourIds(graph, graph.chunks, chunk_ids, doc_of=doc_of)
     links = _NeighbourIds(graph, graph.entities, g.entity_ids)
     node_rank, edge_rank = np.argsort(-node_s, kind="stable"), np.argsort(-edge_s, kind="stable")
     links.pending = edges[edge_rank].tolist()
@@ -194,13 +194,13 @@ def _names(strings: Sequence[str], rows: np.ndarray) -> list[str]:
 
 
 class _NeighbourIds:
-    """Node -> the ids of its neighbours of one kind (or `then` of those ids): the LazySources function of the items.
+    """Node -> the ids of its neighbours of one kind (or their passages, with `doc_of`): the items' LazySources.
     `prepare` reads the neighbours of many nodes together (the prompt's items, `LazySources.prepare_all`); the first
     call for a node not prepared reads the `pending` nodes' together with it (every fact's members, for a response)."""
 
     def __init__(self, graph: _Bipartite, kind: slice, strings: Sequence[str],
-                 then: Callable[[Sequence[str]], Sequence[str]] | None = None) -> None:
-        self.graph, self.kind, self.strings, self.then = graph, kind, strings, then
+                 doc_of: _DocOf | None = None) -> None:
+        self.graph, self.kind, self.strings, self.doc_of = graph, kind, strings, doc_of
         self.known: dict[int, list[str]] = {}
         self.pending: list[int] = []
 
@@ -213,15 +213,15 @@ class _NeighbourIds:
         cuts = np.searchsorted(by, np.arange(len(nodes) + 1)).tolist()
         for i, node in enumerate(nodes):
             self.known[node] = ids[cuts[i]:cuts[i + 1]]
-        if isinstance(self.then, _DocOf):
-            self.then.prepare([(self.known[node],) for node in nodes])
+        if self.doc_of is not None:
+            self.doc_of.prepare([(self.known[node],) for node in nodes])
 
     def __call__(self, node: int) -> Sequence[str]:
         if node not in self.known:
             self.prepare([(n,) for n in self.pending] + [(node,)])
             self.pending = []
         found = self.known[node]
-        return self.then(found) if self.then is not None else found
+        return self.doc_of(found) if self.doc_of is not None else found
 
 
 def _reciprocal_rank_fusion(dense_ranking: list[str], graph_ranking: list[str]) -> tuple[list[str], list[float]]:
