@@ -30,7 +30,7 @@ from hygraph.backends.llm import make_llm
 from hygraph.backends.llm.base import Usage
 from hygraph.config import HygraphConfig
 from hygraph.errors import HygraphError
-from hygraph.indexing import checkpoint
+from hygraph.indexing import checkpoint, knowledge_shuffle
 from hygraph.indexing.beside import Beside, hyperbolic_task, lexical_task
 from hygraph.indexing.checkpoint import Checkpoint, SnapshotTables, resumable
 from hygraph.indexing.progress import Stages
@@ -272,15 +272,14 @@ def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWrit
 
 
 
-def build_knowledge(ing: ingest.Ingested, triples: list[TripleRecord] | None, kg: str | Path | None
-                    ) -> knowledge.Knowledge:
+def build_knowledge(ing: ingest.Ingested, triples: list[TripleRecord] | None, kg: str | Path | None,
+                    stages: Stages, pinned: bool) -> knowledge.Knowledge:
+    """The merged knowledge of the chunks' extractions (or of the triples mapped onto them), then of the imported
+    knowledge graph's facts, merged by Ray tasks (indexing/knowledge_shuffle.py)."""
     extractions = (knowledge.extractions_from_triples(ing.chunks, triples) if triples is not None
                    else ing.extractions)
-    kb = knowledge.merge_extractions(extractions)
-    if kg:
-        kb.add(knowledge.load_kg(kg), chunk_id=None)
-        kb.finish()
-    return kb
+    blocks = knowledge_shuffle.blocks_of(extractions, knowledge.load_kg(kg) if kg else None)
+    return knowledge_shuffle.merge(blocks, stages, pinned)
 
 
 class Built:
@@ -383,7 +382,7 @@ def _graph_stages(cfg: HygraphConfig, job: Assembly, built: Built, records: list
         knowledge_ids = checkpoint.named_ids(ckpt, "knowledge_vectors")
     else:
         with stages.stage("knowledge"):
-            kb = built.kb = build_knowledge(ing, records, job.kg)
+            kb = built.kb = build_knowledge(ing, records, job.kg, stages, pinned=is_remote(job.index_dir))
         with stages.stage("hybrid graph"):
             hg = built.graph = graph_stage.build(cfg, built.chunk_ids, kb)
         beside.start("lexical", lexical_task, ckpt, job.corpus, list(hg.entity_ids))

@@ -20,19 +20,11 @@ from typing import Any, Callable, TypeVar
 from hygraph.config import HyperbolicConfig
 from hygraph.indexing import checkpoint
 from hygraph.indexing.checkpoint import Checkpoint
+from hygraph.indexing.placement import placement
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages import hyperbolic, ingest, lexical
 
 T = TypeVar("T")
-
-# A token CPU share, as the assembler's (indexing.assembler_num_cpus): it keeps a task off a head started with
-# --num-cpus=0, and it never fills a node. On one node of 2 CPUs (tests, `make demo`) the assembler (0.05) and
-# the embedding pool it drives (2 x 0.8) hold 1.65 CPUs while it waits on them; both tasks add 0.1, so the
-# pool's actors always fit beside them (Ray 2.60 stalls for good when the CPUs that actors and tasks ask for
-# fill a node while something waits on them). Hyperbolic training and postings are single-threaded Python and
-# torch at one thread (Ray's OMP_NUM_THREADS for a fractional share), as they were in the assembler.
-TASK_NUM_CPUS = 0.05
-
 
 @dataclass
 class Ran:
@@ -91,31 +83,13 @@ class Beside:
             return  # `result` loads it
         import ray
 
-        options = self._placement(len(self._refs))
+        options = placement(len(self._refs), self._pinned)
         # One task per worker process: its peak RSS is its own, and the process's memory goes back when it ends.
         ref = ray.remote(max_calls=1)(task).options(num_gpus=num_gpus, **options).remote(*args)
         self._refs[name] = ref
         self._waits[name] = threading.Thread(target=self._record, args=(name, ref), name=f"wait {name}", daemon=True)
         self._waits[name].start()
         self._stages.note(f"{name} ... (a Ray task beside the assembler)")
-
-    def _placement(self, nth: int) -> dict[str, Any]:
-        """A soft affinity to a node other than the assembler's (the `nth` task takes the next one, the nodes
-        offering the most CPUs first), so the tasks' memory and CPU come from elsewhere where a cluster has it."""
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        here = ray.get_runtime_context().get_node_id()
-        if self._pinned:
-            # No CPU share: the node running the command may be a head that offers none (as its assembler).
-            return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(here, soft=False)}
-        others = sorted((n for n in ray.nodes() if n["Alive"] and n["NodeID"] != here
-                         and n["Resources"].get("CPU", 0) >= TASK_NUM_CPUS),
-                        key=lambda n: (-n["Resources"]["CPU"], n["NodeID"]))
-        if not others:
-            return {"num_cpus": TASK_NUM_CPUS}
-        node = others[nth % len(others)]["NodeID"]
-        return {"num_cpus": TASK_NUM_CPUS, "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)}
 
     def _record(self, name: str, ref: Any) -> None:
         """(Its own thread.) The task's report, and the stage recorded as finished in the checkpoint: a build

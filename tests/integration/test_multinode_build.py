@@ -105,9 +105,11 @@ def test_a_multinode_build_survives_a_node_death_and_resumes_after_a_driver_kill
     # workers ran it. (The Ray Data stages use both when their input spans several bundles: 16 passages and
     # their 400-odd knowledge texts are one bundle each, so which workers ran them is printed, not asserted.)
     assert placed["hierarchy"] == alive
-    # Hyperbolic and lexical, Ray tasks of their own, ran on the other worker than the assembler's (which ran
-    # knowledge), unless this run loaded them from the checkpoint.
+    # The knowledge merge's tasks take the nodes in turn: one map task, and a fold of each of two partitions.
+    assert placed["knowledge"] == alive
+    # Hyperbolic and lexical, Ray tasks of their own, ran on the other worker than the assembler's (which ran the
+    # hybrid graph), unless this run loaded them from the checkpoint.
     for stage in {"hyperbolic", "lexical"} - set(again["resumed_stages"]):
-        assert placed[stage] == alive - placed["knowledge"], stage
+        assert placed[stage] == alive - placed["hybrid graph"], stage
     assert set(again["stats"]["worker_peak_rss_bytes_per_node"]) == {
         n for ns in again["stats"]["nodes_per_stage"].values() for n in ns}

@@ -153,12 +153,12 @@ class Ingested:
 
 
 class ShardExtractions(Sequence[Extraction]):
-    """The extractions of a build's chunks, parsed from the shards' JSON column one at a time as they are
-    read: the knowledge stage merges them in one pass, so the build never holds an object per mention of
-    every chunk at once (at 20k passages, more objects than the merged knowledge has)."""
+    """The extractions of a build's chunks, parsed from the shards' JSON column when read: the build never holds
+    an object per mention of every chunk at once (at 20k passages, more objects than the merged knowledge has).
+    `blocks` hands them out in slices that a Ray task reads for itself (indexing/knowledge_shuffle.py)."""
 
-    def __init__(self, column: pa.ChunkedArray, rows: list[int]) -> None:
-        self._column, self._rows = column, rows
+    def __init__(self, shard_dir: Path, column: pa.ChunkedArray, rows: list[int]) -> None:
+        self._shard_dir, self._column, self._rows = shard_dir, column, rows
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -166,10 +166,27 @@ class ShardExtractions(Sequence[Extraction]):
     def __getitem__(self, i: int) -> Extraction:  # type: ignore[override]
         return Extraction.from_dict(json.loads(self._column[self._rows[i]].as_py()))
 
-    def __iter__(self) -> Iterator[Extraction]:
-        column = self._column.combine_chunks()
-        for i in self._rows:
-            yield Extraction.from_dict(json.loads(column[i].as_py()))
+    def blocks(self, size: int) -> list["ExtractionBlock"]:
+        """Consecutive slices of at most `size` extractions, each naming its shard rows and its first ordinal."""
+        return [ExtractionBlock(self._shard_dir, self._rows[at:at + size], at) for at in range(0, len(self), size)]
+
+
+@dataclass
+class ExtractionBlock:
+    """Extractions `start`, `start + 1`, ... of a build, as rows of its shards (in `read_shards`' numbering): the
+    task that merges them reads them from the shards itself, so no extraction passes through the assembler."""
+
+    shard_dir: Path
+    rows: list[int]
+    start: int
+
+    def __iter__(self) -> Iterator[tuple[int, Extraction, str]]:
+        """(ordinal, extraction, its chunk id)."""
+        t = _shards(self.shard_dir, ("extraction",))
+        column = t.column("extraction") if t is not None else pa.chunked_array([], pa.string())
+        for ordinal, row in enumerate(self.rows, self.start):
+            ex = Extraction.from_dict(json.loads(column[row].as_py()))
+            yield ordinal, ex, ex.chunk_id
 
 
 def build(cfg: HygraphConfig, corpus: CorpusScan, stages: Stages, extract: bool, cache_dir: str,
@@ -288,7 +305,7 @@ def read_shards(shard_dir: Path, docs: list[Document], extract: bool) -> Ingeste
     chunks = [Chunk(*(cols[k][i] for k in CHUNK_COLS)) for i in rows]
     if not extract:
         return Ingested(chunks, vecs, [], 0)
-    return Ingested(chunks, vecs, ShardExtractions(t.column("extraction"), rows),
+    return Ingested(chunks, vecs, ShardExtractions(shard_dir, t.column("extraction"), rows),
                     sum(t.column("llm_calls").to_pylist()))
 
 

@@ -60,22 +60,34 @@ class Knowledge:
         for rel in ex.relations:
             if not rel.head or not rel.tail:
                 continue  # an end with no letters or digits (OpenIE emits "?" and "-") names no entity
-            for end in (rel.head, rel.tail):
-                if end not in self.entities:
-                    self.add_entity(Entity(end, end), chunk_id)
-            old = self.relations.get(rel.id)
-            if old is None or rel.score > old.score:
-                self.relations[rel.id] = rel
-            if chunk_id is not None:
-                self.relation_chunks[rel.id].add(chunk_id)
+            self.add_end(rel.head, chunk_id)
+            self.add_end(rel.tail, chunk_id)
+            self.add_relation(rel, chunk_id)
         for he in ex.hyperedges:
-            if len(he.entities) < 2:
-                continue
-            old = self.hyperedges.get(he.id)
-            if old is None or he.score > old.score:
-                self.hyperedges[he.id] = he
-            if chunk_id is not None:
-                self.hyperedge_chunks[he.id].add(chunk_id)
+            self.add_hyperedge(he, chunk_id)
+
+    def add_end(self, end: str, chunk_id: str | None) -> None:
+        """A relation's end: an entity not seen before is added under its id, supported by this chunk. Whether it
+        was seen is a question about this one entity id (stages/knowledge_merge.py relies on that)."""
+        if end not in self.entities:
+            self.add_entity(Entity(end, end), chunk_id)
+
+    def add_relation(self, rel: Relation, chunk_id: str | None) -> None:
+        """The relation alone: its ends are `add_end`'s."""
+        old = self.relations.get(rel.id)
+        if old is None or rel.score > old.score:
+            self.relations[rel.id] = rel
+        if chunk_id is not None:
+            self.relation_chunks[rel.id].add(chunk_id)
+
+    def add_hyperedge(self, he: Hyperedge, chunk_id: str | None) -> None:
+        if len(he.entities) < 2:
+            return
+        old = self.hyperedges.get(he.id)
+        if old is None or he.score > old.score:
+            self.hyperedges[he.id] = he
+        if chunk_id is not None:
+            self.hyperedge_chunks[he.id].add(chunk_id)
 
     def remove_chunks(self, chunk_ids: Iterable[str],
                       named: Callable[[str], bool] | None = None) -> tuple[set[str], set[str], set[str]]:

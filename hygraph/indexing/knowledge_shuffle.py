@@ -1,0 +1,85 @@
+"""The knowledge stage as Ray tasks: a map over blocks of extractions, a fold per key partition, a combine.
+
+Each map task reads its block of extractions from the ingest's shards (or is handed it: triples mapped onto chunks,
+an imported knowledge graph) and splits its records by key into as many Arrow tables as there are partitions
+(stages/knowledge_merge.py). Each fold task receives one partition's table from every map task through Ray's object
+store, whichever node made it, and merges that partition's keys; the assembler combines the folds into the build's
+Knowledge. The tasks spread over every node with CPUs; no task holds more than its block or its partition, and
+the assembler never parses an extraction. The result equals the merge of every extraction in corpus order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Sequence
+
+import pyarrow as pa
+
+from hygraph.indexing.placement import placement
+from hygraph.indexing.progress import Stages
+from hygraph.indexing.stages import ingest
+from hygraph.indexing.stages import knowledge_merge as km
+from hygraph.indexing.stages.knowledge import Knowledge
+from hygraph.model import Extraction
+
+# Extractions per map task (about 40 MB of records at the dev sets' extraction sizes), and the most map tasks
+# that run at once per node with CPUs: each task is a small CPU share, so Ray would otherwise start them all.
+BLOCK_SIZE = 8192
+IN_FLIGHT_PER_NODE = 2
+MAX_PARTITIONS = 64
+
+Block = Iterable[tuple[int, Extraction, "str | None"]]
+Report = tuple[int, str]  # a task's peak RSS and node (ingest.worker_report)
+
+
+def _map(block: Block, parts: int) -> list[pa.Table | Report]:
+    return [*km.records(block, parts), ingest.worker_report()]
+
+
+def _fold(*tables: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table, Report]:
+    return (*km.fold(tables), ingest.worker_report())
+
+
+def merge(blocks: Sequence[Block], stages: Stages, pinned: bool) -> Knowledge:
+    """The Knowledge of every extraction of `blocks` (consecutive ordinals, in order), merged by Ray tasks."""
+    import ray
+
+    if not blocks:
+        return Knowledge()
+    t0 = time.perf_counter()
+    parts = max(2, min(len(blocks), MAX_PARTITIONS))
+    nodes = sum(1 for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0)
+    window = max(1, IN_FLIGHT_PER_NODE * nodes)
+    map_task = ray.remote(_map)
+    mapped: list[list[Any]] = []
+    running: list[Any] = []
+    for nth, block in enumerate(blocks):
+        if len(running) >= window:
+            _, running = ray.wait(running, num_returns=len(running) - window + 1)
+        refs = map_task.options(num_returns=parts + 1, **placement(nth, pinned, elsewhere=False)).remote(block, parts)
+        mapped.append(refs)
+        running.append(refs[-1])
+    fold_task = ray.remote(_fold)
+    folds = [fold_task.options(**placement(p, pinned, elsewhere=False)).remote(*(refs[p] for refs in mapped))
+             for p in range(parts)]
+    reports: list[Report] = ray.get([refs[-1] for refs in mapped])
+    folded = ray.get(folds)
+    reports += [f[3] for f in folded]
+    for rss, node in reports:
+        stages.worker(rss, {node}, "knowledge")
+    stages.note(f"knowledge: {len(blocks)} map tasks, {parts} partitions folded, on "
+                f"{', '.join(sorted({node for _, node in reports}))} in {time.perf_counter() - t0:.1f}s")
+    return km.combine(f[:3] for f in folded)
+
+
+def blocks_of(extractions: Sequence[Extraction], kg: Extraction | None) -> list[Block]:
+    """The blocks of a build's extractions (the shards' when they are ingest.ShardExtractions, else the given
+    ones), then an imported knowledge graph's facts, tied to no chunk, last."""
+    if isinstance(extractions, ingest.ShardExtractions):
+        out: list[Block] = list(extractions.blocks(BLOCK_SIZE))
+    else:
+        out = [[(i, ex, ex.chunk_id) for i, ex in enumerate(extractions[at:at + BLOCK_SIZE], at)]
+               for at in range(0, len(extractions), BLOCK_SIZE)]
+    if kg is not None:
+        out.append([(len(extractions), kg, None)])
+    return out
