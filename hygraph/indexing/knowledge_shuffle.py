@@ -1,8 +1,8 @@
 """The knowledge stage as Ray tasks: a map over blocks of extractions, a fold per key partition, a combine.
 
 Each map task reads its block of extractions from the ingest's shards (or is handed it: triples mapped onto chunks,
-an imported knowledge graph) and splits its records by key into as many Arrow tables as there are partitions
-(stages/knowledge_merge.py). Each fold task receives one partition's table from every map task through Ray's object
+an imported knowledge graph) and splits its records by key into as many lists as there are partitions
+(stages/knowledge_merge.py). Each fold task receives one partition's list from every map task through Ray's object
 store, whichever node made it, and merges that partition's keys; the assembler combines the folds into the build's
 Knowledge. The tasks spread over every node with CPUs; no task holds more than its block or its partition, and
 the assembler never parses an extraction. The result equals the merge of every extraction in corpus order.
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import time
 from typing import Any, Iterable, Sequence
-
-import pyarrow as pa
 
 from hygraph.indexing.placement import placement
 from hygraph.indexing.progress import Stages
@@ -32,12 +30,12 @@ Block = Iterable[tuple[int, Extraction, "str | None"]]
 Report = tuple[int, str]  # a task's peak RSS and node (ingest.worker_report)
 
 
-def _map(block: Block, parts: int) -> list[pa.Table | Report]:
+def _map(block: Block, parts: int) -> list[list[km.Record] | Report]:
     return [*km.records(block, parts), ingest.worker_report()]
 
 
-def _fold(*tables: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table, Report]:
-    return (*km.fold(tables), ingest.worker_report())
+def _fold(*parts: list[km.Record]) -> tuple[list[tuple], list[tuple], list[tuple], Report]:
+    return (*km.fold(parts), ingest.worker_report())
 
 
 def merge(blocks: Sequence[Block], stages: Stages, pinned: bool) -> Knowledge:

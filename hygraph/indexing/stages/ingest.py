@@ -183,9 +183,10 @@ class ExtractionBlock:
     def __iter__(self) -> Iterator[tuple[int, Extraction, str]]:
         """(ordinal, extraction, its chunk id)."""
         t = _shards(self.shard_dir, ("extraction",))
-        column = t.column("extraction") if t is not None else pa.chunked_array([], pa.string())
-        for ordinal, row in enumerate(self.rows, self.start):
-            ex = Extraction.from_dict(json.loads(column[row].as_py()))
+        # One take of the block's rows: indexing a column of many shards row by row searches its chunks each time.
+        texts = t.column("extraction").take(pa.array(self.rows, pa.int64())).to_pylist() if t is not None else []
+        for ordinal, text in enumerate(texts, self.start):
+            ex = Extraction.from_dict(json.loads(text))
             yield ordinal, ex, ex.chunk_id
 
 
