@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Sequence
 
+import pyarrow as pa
+
 from hygraph.indexing.placement import placement
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages import ingest
@@ -34,7 +36,7 @@ def _map(block: Block, parts: int) -> list[list[km.Record] | Report]:
     return [*km.records(block, parts), ingest.worker_report()]
 
 
-def _fold(*parts: list[km.Record]) -> tuple[list[tuple], list[tuple], list[tuple], Report]:
+def _fold(*parts: list[km.Record]) -> tuple[pa.Table, pa.Table, pa.Table, Report]:
     return (*km.fold(parts), ingest.worker_report())
 
 

@@ -183,11 +183,24 @@ class ExtractionBlock:
     def __iter__(self) -> Iterator[tuple[int, Extraction, str]]:
         """(ordinal, extraction, its chunk id)."""
         t = _shards(self.shard_dir, ("extraction",))
-        # One take of the block's rows: indexing a column of many shards row by row searches its chunks each time.
-        texts = t.column("extraction").take(pa.array(self.rows, pa.int64())).to_pylist() if t is not None else []
+        texts = _rows_of(t.column("extraction"), self.rows) if t is not None else []
         for ordinal, text in enumerate(texts, self.start):
             ex = Extraction.from_dict(json.loads(text))
             yield ordinal, ex, ex.chunk_id
+
+
+def _rows_of(column: pa.ChunkedArray, rows: list[int]) -> list[Any]:
+    """`column`'s values at `rows`, taken shard by shard (a chunk per shard file): a take over the whole column
+    joins every shard's values first, and indexing it row by row searches its chunks each time."""
+    rows_at = np.asarray(rows, np.int64)
+    starts = np.cumsum([0, *(len(c) for c in column.chunks)])
+    which = np.searchsorted(starts, rows_at, side="right") - 1
+    out: list[Any] = [None] * len(rows)
+    for c in np.unique(which).tolist():
+        at = np.flatnonzero(which == c)
+        for i, value in zip(at.tolist(), column.chunks[c].take(pa.array(rows_at[at] - starts[c])).to_pylist()):
+            out[i] = value
+    return out
 
 
 def build(cfg: HygraphConfig, corpus: CorpusScan, stages: Stages, extract: bool, cache_dir: str,

@@ -10,8 +10,9 @@ in the whole sequence (extraction ordinal, then place within the extraction) and
 partitions' keys back in the order of their first position. The result equals `merge_extractions` over the whole
 sequence, table for table and in order (tests/unit/test_knowledge_merge.py).
 
-Records and folds are plain tuples, which Ray pickles between the map and fold tasks (indexing/knowledge_shuffle.py):
-converting them to Arrow and back cost more than the merge itself (docs/bench/knowledge_shuffle.md).
+Records are plain tuples, which Ray pickles between the map and fold tasks (indexing/knowledge_shuffle.py):
+converting them to Arrow and back cost more than the merge itself. A fold's result, a few fields per key, is Arrow
+(docs/bench/knowledge_shuffle.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from collections import Counter
 from itertools import chain
 from operator import itemgetter
 from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
 
 
 from hygraph.indexing.stages.knowledge import Knowledge
@@ -35,11 +39,20 @@ ENTITY, END, RELATION, HYPEREDGE = range(4)
 #   ENTITY (score, name, type, description); END (); RELATION (score, head, relation, tail);
 #   HYPEREDGE (score, text, member ids).
 Record = tuple
-# A fold's row of each table: (key, first position, first position a chunk supported it or None (a `--kg` fact),
-# sorted chunk ids, *fields):
-#   entities (name, type, description, score, surface forms, their counts); relations (head, relation, tail,
-#   score); hyperedges (text, member ids, score).
-Folded = tuple[list[tuple], list[tuple], list[tuple]]
+# What a fold hands back per kind, as Arrow tables (compact in the object store and in the assembler, which makes
+# one table's Python values at a time): each key's merged fields, its first position and the first position at
+# which a chunk supported it (null when none did: a `--kg` fact), which order the Knowledge's tables and support
+# maps.
+_FIRSTS = [("key", pa.string()), ("first", pa.int64()), ("first_chunked", pa.int64()),
+           ("chunks", pa.list_(pa.string()))]
+FOLDED_ENTITIES = pa.schema([*_FIRSTS, ("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
+                             ("score", pa.float64()), ("forms", pa.list_(pa.string())),
+                             ("form_counts", pa.list_(pa.int64()))])
+FOLDED_RELATIONS = pa.schema([*_FIRSTS, ("head", pa.string()), ("relation", pa.string()), ("tail", pa.string()),
+                              ("score", pa.float64())])
+FOLDED_HYPEREDGES = pa.schema([*_FIRSTS, ("text", pa.string()), ("members", pa.list_(pa.string())),
+                               ("score", pa.float64())])
+Folded = tuple[pa.Table, pa.Table, pa.Table]
 
 
 def records(extractions: Iterable[tuple[int, Extraction, str | None]], parts: int) -> list[list[Record]]:
@@ -74,7 +87,7 @@ def records(extractions: Iterable[tuple[int, Extraction, str | None]], parts: in
 
 def fold(parts: Iterable[list[Record]]) -> Folded:
     """One partition's records (from every map block) merged by `Knowledge`'s rules: its entities, relations and
-    hyperedges (`Folded`)."""
+    hyperedges (`FOLDED_ENTITIES`, `FOLDED_RELATIONS`, `FOLDED_HYPEREDGES`)."""
     kb = Knowledge()
     first: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
     chunked: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
@@ -96,42 +109,58 @@ def fold(parts: Iterable[list[Record]]) -> Folded:
             chunked[table].setdefault(key, pos)
     kb.finish()
 
-    def firsts(table: int, key: str, support: dict[str, set[str]]) -> tuple:
-        return key, first[table][key], chunked[table].get(key), tuple(sorted(support.get(key, ())))
+    def firsts(table: int, keys: list[str], support: dict[str, set[str]]) -> dict[str, list]:
+        return {"key": keys, "first": [first[table][k] for k in keys],
+                "first_chunked": [chunked[table].get(k) for k in keys],
+                "chunks": [sorted(support.get(k, ())) for k in keys]}
 
-    return ([(*firsts(0, e.id, kb.entity_chunks), e.name, e.type, e.description, e.score,
-              tuple(kb.surface_forms[e.id]), tuple(kb.surface_forms[e.id].values())) for e in kb.entities.values()],
-            [(*firsts(1, r.id, kb.relation_chunks), r.head, r.relation, r.tail, r.score)
-             for r in kb.relations.values()],
-            [(*firsts(2, h.id, kb.hyperedge_chunks), h.text, h.entities, h.score) for h in kb.hyperedges.values()])
+    ents, rels, hes = list(kb.entities.values()), list(kb.relations.values()), list(kb.hyperedges.values())
+    forms = [kb.surface_forms[e.id] for e in ents]
+    return (pa.table({**firsts(0, [e.id for e in ents], kb.entity_chunks), "name": [e.name for e in ents],
+                      "type": [e.type for e in ents], "description": [e.description for e in ents],
+                      "score": [float(e.score) for e in ents], "forms": [list(f) for f in forms],
+                      "form_counts": [list(f.values()) for f in forms]}, schema=FOLDED_ENTITIES),
+            pa.table({**firsts(1, [r.id for r in rels], kb.relation_chunks), "head": [r.head for r in rels],
+                      "relation": [r.relation for r in rels], "tail": [r.tail for r in rels],
+                      "score": [float(r.score) for r in rels]}, schema=FOLDED_RELATIONS),
+            pa.table({**firsts(2, [h.id for h in hes], kb.hyperedge_chunks), "text": [h.text for h in hes],
+                      "members": [list(h.entities) for h in hes], "score": [float(h.score) for h in hes]},
+                     schema=FOLDED_HYPEREDGES))
 
 
 def combine(folds: Iterable[Folded]) -> Knowledge:
     """The partitions' folds as one Knowledge, each table in the order of its keys' first positions (and each
-    support map in the order of the first chunk that supported a key), as the sequential merge makes them.
+    support map in the order of the first chunk that supported a key), as the sequential merge makes them. One
+    table's Python values are made at a time.
 
     A chunk id, or an entity id that relations and hyperedges name, is one string object however many times it
-    is named (as in the sequential merge, whose records of one extraction share its strings): unpickled, each
-    would be a copy of its own, hundreds of MB at 50k passages."""
+    is named (as in the sequential merge, whose records of one extraction share its strings): read from Arrow,
+    each would be a copy of its own, hundreds of MB at 50k passages."""
     folded = list(folds)
     kb = Knowledge()
     same: dict[str, str] = {}
     one = same.setdefault
-    for table in range(3):
-        rows = sorted(chain.from_iterable(f[table] for f in folded), key=itemgetter(1))
-        keys = [r[0] for r in rows]
-        for at, r in enumerate(rows):
-            key = r[0]
+    for table, schema in enumerate((FOLDED_ENTITIES, FOLDED_RELATIONS, FOLDED_HYPEREDGES)):
+        t = pa.concat_tables([f[table] for f in folded]) if folded else schema.empty_table()
+        c = {name: t.column(name).to_pylist() for name in schema.names if name not in ("first", "first_chunked")}
+        keys = c["key"]
+        for i in np.argsort(t.column("first").to_numpy(), kind="stable").tolist():
+            key = keys[i]
             if table == 0:
-                key = keys[at] = one(key, key)
-                kb.entities[key] = Entity(key, r[4], r[5], r[6], r[7])
+                key = keys[i] = one(key, key)
+                kb.entities[key] = Entity(key, c["name"][i], c["type"][i], c["description"][i], c["score"][i])
                 forms = kb.surface_forms[key] = Counter()
-                dict.update(forms, zip(r[8], r[9]))  # as Counter(...), without its per-call type checks
+                dict.update(forms, zip(c["forms"][i], c["form_counts"][i]))  # as Counter(...), without its checks
             elif table == 1:
-                kb.relations[key] = Relation(key, one(r[4], r[4]), r[5], one(r[6], r[6]), r[7])
+                head, tail = c["head"][i], c["tail"][i]
+                kb.relations[key] = Relation(key, one(head, head), c["relation"][i], one(tail, tail), c["score"][i])
             else:
-                kb.hyperedges[key] = Hyperedge(key, r[4], tuple(one(m, m) for m in r[5]), r[6])
+                members = tuple(one(m, m) for m in c["members"][i])
+                kb.hyperedges[key] = Hyperedge(key, c["text"][i], members, c["score"][i])
         support = (kb.entity_chunks, kb.relation_chunks, kb.hyperedge_chunks)[table]
-        for at in sorted((at for at, r in enumerate(rows) if r[2] is not None), key=lambda at: rows[at][2]):
-            support[keys[at]] = {one(cid, cid) for cid in rows[at][3]}
+        supported = t.column("first_chunked").fill_null(-1).to_numpy()
+        at = np.flatnonzero(supported >= 0)
+        for i in at[np.argsort(supported[at], kind="stable")].tolist():
+            support[keys[i]] = {one(cid, cid) for cid in c["chunks"][i]}
+        del t, c, keys
     return kb

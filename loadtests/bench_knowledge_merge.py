@@ -1,0 +1,76 @@
+"""The knowledge merge in one process: the sequential merge against the shuffle's three steps (records, fold,
+combine) and the pickling Ray does between them, CPU seconds each, on extractions of a corpus's passages made by
+the extractive backend (as `hygraph index` makes them), and whether the two merges are equal, table for table.
+
+    python loadtests/bench_knowledge_merge.py --corpus /tmp/bb/corpus_20000.jsonl --docs 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import time
+from itertools import islice
+from pathlib import Path
+from typing import Any, Callable
+
+from hygraph.backends.llm.extractive import ExtractiveLLM
+from hygraph.indexing.knowledge_shuffle import BLOCK_SIZE
+from hygraph.indexing.stages import knowledge_merge as km
+from hygraph.indexing.stages.knowledge import Knowledge, merge_extractions
+from hygraph.model import Chunk, Extraction
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - t0
+
+
+def tables(kb: Knowledge) -> list[Any]:
+    return [list(kb.entities.items()), [(k, sorted(v)) for k, v in kb.entity_chunks.items()],
+            [(k, list(v.items())) for k, v in kb.surface_forms.items()], list(kb.relations.items()),
+            [(k, sorted(v)) for k, v in kb.relation_chunks.items()], list(kb.hyperedges.items()),
+            [(k, sorted(v)) for k, v in kb.hyperedge_chunks.items()]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, required=True)
+    ap.add_argument("--docs", type=int, default=8000)
+    ap.add_argument("--parts", type=int, default=4)
+    args = ap.parse_args()
+    with args.corpus.open() as fh:
+        docs = [json.loads(line) for line in islice(fh, args.docs)]
+    chunks = [Chunk(f"{d['id']}:0", d["id"], 0, d["text"], 0, d.get("title", "")) for d in docs]
+    texts = [json.dumps(ex.to_dict()) for ex in ExtractiveLLM().extract(chunks)]  # as the ingest's shards hold them
+
+    exs, parse = timed(lambda: [Extraction.from_dict(json.loads(t)) for t in texts])
+    sequential, merge = timed(lambda: merge_extractions(exs))
+    blocks = [[(i, ex, ex.chunk_id) for i, ex in enumerate(exs[at:at + BLOCK_SIZE], at)]
+              for at in range(0, len(exs), BLOCK_SIZE)]
+    mapped, records = timed(lambda: [km.records(b, args.parts) for b in blocks])
+    blob, pickled = timed(lambda: pickle.dumps(mapped, protocol=5))
+    _, unpickled = timed(lambda: pickle.loads(blob))
+    folds, fold = timed(lambda: [km.fold([m[p] for m in mapped]) for p in range(args.parts)])
+    folds_blob, folds_pickled = timed(lambda: pickle.dumps(folds, protocol=5))
+    _, folds_unpickled = timed(lambda: pickle.loads(folds_blob))
+    kb, combine = timed(lambda: km.combine(folds))
+    n_records = sum(len(part) for m in mapped for part in m)
+    print(f"{len(docs):,} passages, {n_records:,} records, {len(blocks)} blocks, {args.parts} partitions; "
+          f"{len(kb.entities):,} entities, {len(kb.relations):,} relations, {len(kb.hyperedges):,} hyperedges")
+    print("| step | CPU s |\n|---|---|")
+    for name, s in (("parse the extractions' JSON (both)", parse), ("sequential merge", merge),
+                    ("records (map tasks)", records),
+                    (f"pickle + unpickle the records ({len(blob) / 2**20:.1f} MiB)", pickled + unpickled),
+                    ("fold (fold tasks)", fold),
+                    (f"pickle + unpickle the folds ({len(folds_blob) / 2**20:.1f} MiB)",
+                     folds_pickled + folds_unpickled),
+                    ("combine (the assembler)", combine)):
+        print(f"| {name} | {s:.2f} |")
+    print(f"equal to the sequential merge, table for table and in order: {tables(kb) == tables(sequential)}")
+
+
+if __name__ == "__main__":
+    main()
