@@ -26,7 +26,6 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 
-
 from hygraph.indexing.stages.knowledge import Knowledge
 from hygraph.model import Entity, Extraction, Hyperedge, Relation
 
