@@ -22,8 +22,9 @@ from hygraph.indexing.stages import knowledge_merge as km
 from hygraph.indexing.stages.knowledge import Knowledge
 from hygraph.model import Extraction
 
-# Extractions per map task (40-70 MiB of pickled records with the extractive backend's extractions), and the most map tasks
-# that run at once per node with CPUs: each task is a small CPU share, so Ray would otherwise start them all.
+# Extractions per map task (40-70 MiB of pickled records with the extractive backend's extractions), and the most
+# map tasks that run at once per node with CPUs: each task is a small CPU share, so Ray would otherwise start them
+# all.
 BLOCK_SIZE = 8192
 IN_FLIGHT_PER_NODE = 2
 MAX_PARTITIONS = 64
