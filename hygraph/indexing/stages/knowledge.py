@@ -42,9 +42,12 @@ class Knowledge:
     hyperedge_chunks: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     surface_forms: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
 
-    def add_entity(self, ent: Entity, chunk_id: str | None) -> None:
+    # Each `add_*` method applies one record and says whether it had any effect (stages/knowledge_merge.py tracks
+    # the records that did).
+
+    def add_entity(self, ent: Entity, chunk_id: str | None) -> bool:
         if not ent.id:
-            return
+            return False
         self.surface_forms[ent.id][ent.name] += 1
         old = self.entities.get(ent.id)
         if old is None or ent.score > old.score:
@@ -53,6 +56,7 @@ class Knowledge:
                                            ent.score)
         if chunk_id is not None:
             self.entity_chunks[ent.id].add(chunk_id)
+        return True
 
     def add(self, ex: Extraction, chunk_id: str | None) -> None:
         for ent in ex.entities:
@@ -66,28 +70,29 @@ class Knowledge:
         for he in ex.hyperedges:
             self.add_hyperedge(he, chunk_id)
 
-    def add_end(self, end: str, chunk_id: str | None) -> None:
+    def add_end(self, end: str, chunk_id: str | None) -> bool:
         """A relation's end: an entity not seen before is added under its id, supported by this chunk. Whether it
         was seen is a question about this one entity id (stages/knowledge_merge.py relies on that)."""
-        if end not in self.entities:
-            self.add_entity(Entity(end, end), chunk_id)
+        return end not in self.entities and self.add_entity(Entity(end, end), chunk_id)
 
-    def add_relation(self, rel: Relation, chunk_id: str | None) -> None:
+    def add_relation(self, rel: Relation, chunk_id: str | None) -> bool:
         """The relation alone: its ends are `add_end`'s."""
         old = self.relations.get(rel.id)
         if old is None or rel.score > old.score:
             self.relations[rel.id] = rel
         if chunk_id is not None:
             self.relation_chunks[rel.id].add(chunk_id)
+        return True
 
-    def add_hyperedge(self, he: Hyperedge, chunk_id: str | None) -> None:
+    def add_hyperedge(self, he: Hyperedge, chunk_id: str | None) -> bool:
         if len(he.entities) < 2:
-            return
+            return False
         old = self.hyperedges.get(he.id)
         if old is None or he.score > old.score:
             self.hyperedges[he.id] = he
         if chunk_id is not None:
             self.hyperedge_chunks[he.id].add(chunk_id)
+        return True
 
     def remove_chunks(self, chunk_ids: Iterable[str],
                       named: Callable[[str], bool] | None = None) -> tuple[set[str], set[str], set[str]]:

@@ -63,9 +63,8 @@ def records(extractions: Iterable[tuple[int, Extraction, str | None]], parts: in
         base = ordinal << _PLACE_BITS
         place = 0
         for ent in ex.entities:
-            if ent.id:
-                out[crc32(ent.id.encode()) % parts].append(
-                    (ENTITY, ent.id, base + place, chunk, ent.score, ent.name, ent.type, ent.description))
+            out[crc32(ent.id.encode()) % parts].append(
+                (ENTITY, ent.id, base + place, chunk, ent.score, ent.name, ent.type, ent.description))
             place += 1
         for rel in ex.relations:
             if rel.head and rel.tail:  # as Knowledge.add: an end with no letters or digits names no entity
@@ -75,9 +74,8 @@ def records(extractions: Iterable[tuple[int, Extraction, str | None]], parts: in
                     (RELATION, rel.id, base + place + 2, chunk, rel.score, rel.head, rel.relation, rel.tail))
             place += 3
         for he in ex.hyperedges:
-            if len(he.entities) >= 2:
-                out[crc32(he.id.encode()) % parts].append(
-                    (HYPEREDGE, he.id, base + place, chunk, he.score, he.text, he.entities))
+            out[crc32(he.id.encode()) % parts].append(
+                (HYPEREDGE, he.id, base + place, chunk, he.score, he.text, he.entities))
             place += 1
         if place >= 1 << _PLACE_BITS:
             raise ValueError(f"extraction {ordinal} has {place:,} records (at most {(1 << _PLACE_BITS) - 1:,})")
@@ -93,15 +91,15 @@ def fold(parts: Iterable[list[Record]]) -> Folded:
     for r in sorted(chain.from_iterable(parts), key=itemgetter(2)):  # every record has a position of its own
         kind, key, pos, chunk = r[0], r[1], r[2], r[3]
         if kind == ENTITY:
-            kb.add_entity(Entity(key, r[5], r[6], r[7], r[4]), chunk)
+            applied = kb.add_entity(Entity(key, r[5], r[6], r[7], r[4]), chunk)
         elif kind == END:
-            if key in kb.entities:
-                continue  # no effect: the entity was met before (Knowledge.add_end)
-            kb.add_end(key, chunk)
+            applied = kb.add_end(key, chunk)
         elif kind == RELATION:
-            kb.add_relation(Relation(key, r[5], r[6], r[7], r[4]), chunk)
+            applied = kb.add_relation(Relation(key, r[5], r[6], r[7], r[4]), chunk)
         else:
-            kb.add_hyperedge(Hyperedge(key, r[5], r[6], r[4]), chunk)
+            applied = kb.add_hyperedge(Hyperedge(key, r[5], r[6], r[4]), chunk)
+        if not applied:
+            continue  # the rules left it out (an end met before, an entity with no id, a one-member hyperedge)
         table = 0 if kind <= END else kind - 1
         first[table].setdefault(key, pos)
         if chunk is not None:
