@@ -1,6 +1,7 @@
 """The knowledge merge in one process: the sequential merge against the shuffle's three steps (records, fold,
-combine) and the pickling Ray does between them, CPU seconds each, on extractions of a corpus's passages made by
-the extractive backend (as `hygraph index` makes them), and whether the two merges are equal, table for table.
+the ordered tables and their reader) and the pickling Ray does between them, CPU seconds each, on extractions of
+a corpus's passages made by the extractive backend (as `hygraph index` makes them), and whether the two merges
+are equal, table for table.
 
     python loadtests/bench_knowledge_merge.py --corpus /tmp/bb/corpus_20000.jsonl --docs 8000
 """
@@ -18,7 +19,8 @@ from typing import Any, Callable
 from hygraph.backends.llm.extractive import ExtractiveLLM
 from hygraph.indexing.knowledge_shuffle import BLOCK_SIZE
 from hygraph.indexing.stages import knowledge_merge as km
-from hygraph.indexing.stages.knowledge import Knowledge, merge_extractions
+from hygraph.indexing.stages.knowledge import KnowledgeView, merge_extractions
+from hygraph.indexing.stages.knowledge_tables import KnowledgeTables
 from hygraph.model import Chunk, Extraction
 
 
@@ -28,7 +30,7 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.process_time() - t0
 
 
-def tables(kb: Knowledge) -> list[Any]:
+def tables(kb: KnowledgeView) -> list[Any]:
     return [list(kb.entities.items()), [(k, sorted(v)) for k, v in kb.entity_chunks.items()],
             [(k, list(v.items())) for k, v in kb.surface_forms.items()], list(kb.relations.items()),
             [(k, sorted(v)) for k, v in kb.relation_chunks.items()], list(kb.hyperedges.items()),
@@ -56,7 +58,7 @@ def main() -> None:
     folds, fold = timed(lambda: [km.fold([m[p] for m in mapped]) for p in range(args.parts)])
     folds_blob, folds_pickled = timed(lambda: pickle.dumps(folds, protocol=5))
     _, folds_unpickled = timed(lambda: pickle.loads(folds_blob))
-    kb, combine = timed(lambda: km.combine(folds))
+    kb, reader = timed(lambda: KnowledgeTables(km.ordered(folds), [c.id for c in chunks]))
     n_records = sum(len(part) for m in mapped for part in m)
     print(f"{len(docs):,} passages, {n_records:,} records, {len(blocks)} blocks, {args.parts} partitions; "
           f"{len(kb.entities):,} entities, {len(kb.relations):,} relations, {len(kb.hyperedges):,} hyperedges")
@@ -67,7 +69,7 @@ def main() -> None:
                     ("fold (fold tasks)", fold),
                     (f"pickle + unpickle the folds ({len(folds_blob) / 2**20:.1f} MiB)",
                      folds_pickled + folds_unpickled),
-                    ("combine (the assembler)", combine)):
+                    ("ordered tables and their reader (the assembler)", reader)):
         print(f"| {name} | {s:.2f} |")
     print(f"equal to the sequential merge, table for table and in order: {tables(kb) == tables(sequential)}")
 

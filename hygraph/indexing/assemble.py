@@ -36,6 +36,7 @@ from hygraph.indexing.checkpoint import Checkpoint, SnapshotTables, resumable
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages import graph as graph_stage
 from hygraph.indexing.stages import hierarchy, hyperbolic, ingest, knowledge, structure, vectors
+from hygraph.indexing.stages.knowledge_tables import KnowledgeTables
 from hygraph.model import Document, TripleRecord, load_corpus, load_triples
 from hygraph.store.artifacts import (CHUNKS, DOCUMENTS, ENTITIES, GRAPH, HYPEREDGES, HYPERPLANES, PARENTS,
                                      RELATIONS, SUMMARIES, TERMS, Artifact, ChunkRow, DocumentRow, PostingsRow,
@@ -273,13 +274,13 @@ def _accounting(stages: Stages, ckpt: Checkpoint, writer: vectors.CollectionWrit
 
 
 def build_knowledge(ing: ingest.Ingested, triples: list[TripleRecord] | None, kg: str | Path | None,
-                    stages: Stages, pinned: bool) -> knowledge.Knowledge:
+                    stages: Stages, pinned: bool) -> KnowledgeTables:
     """The merged knowledge of the chunks' extractions (or of the triples mapped onto them), then of the imported
     knowledge graph's facts, merged by Ray tasks (indexing/knowledge_shuffle.py)."""
     extractions = (knowledge.extractions_from_triples(ing.chunks, triples) if triples is not None
                    else ing.extractions)
     blocks = knowledge_shuffle.blocks_of(extractions, knowledge.load_kg(kg) if kg else None)
-    return knowledge_shuffle.merge(blocks, stages, pinned)
+    return KnowledgeTables(knowledge_shuffle.merge(blocks, stages, pinned), [c.id for c in ing.chunks])
 
 
 class Built:
@@ -288,7 +289,7 @@ class Built:
     def __init__(self, docs: list[Document], ing: ingest.Ingested) -> None:
         self.docs, self.ing = docs, ing
         self.chunk_ids = [c.id for c in ing.chunks]
-        self.kb: knowledge.Knowledge | None = None
+        self.kb: knowledge.KnowledgeView | None = None
         self.graph: graph_stage.HybridGraph | None = None
         self.cleora: np.ndarray | None = None
         self.vecs: dict[str, np.ndarray] = {}
@@ -324,13 +325,12 @@ class Built:
             return manifest
         if not all(tables.has(a) for a in (ENTITIES, RELATIONS, HYPEREDGES)):
             assert self.kb is not None and self.graph is not None
-            rows = list(knowledge.build_rows(self.kb, self.graph.entity_ids, self.graph.hyperedge_ids,
-                                             self.vecs["entities"]))
-            for artifact in (ENTITIES, RELATIONS, HYPEREDGES):
-                made = rows.pop(0)
+            made = knowledge.build_rows(self.kb, self.graph.entity_ids, self.graph.hyperedge_ids,
+                                        self.vecs["entities"])
+            for artifact, rows in zip((ENTITIES, RELATIONS, HYPEREDGES), made):
                 if not tables.has(artifact):
-                    tables.replace(artifact, made, dims)
-                del made
+                    tables.replace(artifact, rows, dims)
+                del rows
         counts.update(entities=tables.rows(ENTITIES), relations=tables.rows(RELATIONS),
                       hyperedges=tables.rows(HYPEREDGES))
         if not tables.has(GRAPH):
@@ -373,16 +373,20 @@ def _graph_stages(cfg: HygraphConfig, job: Assembly, built: Built, records: list
                   stages: Stages, beside: Beside, usage: Usage, writer: vectors.CollectionWriter,
                   tables: SnapshotTables) -> None:
     ing, ckpt, cache_dir = built.ing, job.ckpt, job.cache_dir
-    # Knowledge and the hybrid graph are pure, quick functions of the ingest output: not checkpointed, derived
-    # again on resume unless every stage and table that reads them is kept (a build killed late in its snapshot).
+    # The hybrid graph is a pure, quick function of the knowledge: not checkpointed, derived again on resume unless
+    # every stage and table that reads it and the knowledge is kept (a build killed late in its snapshot); then the
+    # knowledge is not read either.
     if all(ckpt.done(s) for s in _FROM_KNOWLEDGE) and all(tables.has(a) for a in _TABLES_FROM_KNOWLEDGE):
         stages.note("knowledge, hybrid graph: not derived again (every stage and table that needs them is kept)")
         kb = hg = None
         nodes = checkpoint.named_ids(ckpt, "cleora")
         knowledge_ids = checkpoint.named_ids(ckpt, "knowledge_vectors")
     else:
-        with stages.stage("knowledge"):
-            kb = built.kb = build_knowledge(ing, records, job.kg, stages, pinned=is_remote(job.index_dir))
+        kb = built.kb = resumable(
+            stages, ckpt, "knowledge",
+            lambda: build_knowledge(ing, records, job.kg, stages, pinned=is_remote(job.index_dir)),
+            lambda v: checkpoint.save_knowledge(ckpt, v.tables),
+            lambda: KnowledgeTables(checkpoint.load_knowledge(ckpt), built.chunk_ids))
         with stages.stage("hybrid graph"):
             hg = built.graph = graph_stage.build(cfg, built.chunk_ids, kb)
         beside.start("lexical", lexical_task, ckpt, job.corpus, list(hg.entity_ids))

@@ -13,8 +13,9 @@ after each stage. The snapshot's tables are recorded as each is stored, with the
 build that takes that version's number again keeps them (`SnapshotTables`). The commit removes the
 checkpoint.
 
-Stages that are pure, quick functions of the ingest output (knowledge, hybrid graph) are derived again
-rather than stored, and only when a stage or table that needs them is not kept. The driver opens the
+The hybrid graph, a pure and quick function of the knowledge, is derived again rather than stored, and only
+when a stage or table that needs it is not kept; the knowledge itself (a shuffle over the whole corpus) is kept
+as its merged tables. The driver opens the
 checkpoint and the assembling actor (indexing/assemble.py) carries on with it, and the stages it runs as
 Ray tasks beside it (indexing/beside.py) write their outputs there: the checkpoint directory must be
 reachable from all of them. Only the assembler writes the record (from two threads: its stages, and the
@@ -39,6 +40,7 @@ from hygraph.errors import InputError, StoreError
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages.hierarchy import HierarchyResult
 from hygraph.indexing.stages.hyperbolic import Trained
+from hygraph.indexing.stages.knowledge_merge import Folded
 from hygraph.processes import locked, pid_alive
 from hygraph.store import stage_files
 from hygraph.store.artifacts import ARTIFACTS, LEXICAL_CHUNKS, LEXICAL_ENTITIES, Artifact, PostingsRow, RowT
@@ -340,6 +342,20 @@ def load_hyperbolic(ckpt: Checkpoint) -> Trained:
     terms = [set(t) for t in ckpt.read_table("hyperbolic").column("terms").to_pylist()]
     arrays = ckpt.read_arrays("hyperbolic")
     return Trained(terms, arrays["edges"], arrays["points"], float(arrays["M"]))
+
+
+def save_knowledge(ckpt: Checkpoint, folded: Folded) -> None:
+    """The knowledge shuffle's ordered tables (stages/knowledge_merge.py), a file per kind."""
+    for kind, table in zip(_KNOWLEDGE_KINDS, folded):
+        ckpt.write_table(f"knowledge_{kind}", table)
+
+
+def load_knowledge(ckpt: Checkpoint) -> Folded:
+    ents, rels, hes = (ckpt.read_table(f"knowledge_{kind}") for kind in _KNOWLEDGE_KINDS)
+    return ents, rels, hes
+
+
+_KNOWLEDGE_KINDS = ("entities", "relations", "hyperedges")
 
 
 def save_lexical(ckpt: Checkpoint, tables: dict[Artifact[PostingsRow], pa.Table]) -> None:

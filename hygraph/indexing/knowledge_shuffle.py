@@ -1,11 +1,12 @@
-"""The knowledge stage as Ray tasks: a map over blocks of extractions, a fold per key partition, a combine.
+"""The knowledge stage as Ray tasks: a map over blocks of extractions, a fold per key partition.
 
 Each map task reads its block of extractions from the ingest's shards (or is handed it: triples mapped onto chunks,
 an imported knowledge graph) and splits its records by key into as many lists as there are partitions
 (stages/knowledge_merge.py). Each fold task receives one partition's list from every map task through Ray's object
-store, whichever node made it, and merges that partition's keys; the assembler combines the folds into the build's
-Knowledge. The tasks spread over every node with CPUs; no task holds more than its block or its partition, and
-the assembler never parses an extraction. The result equals the merge of every extraction in corpus order.
+store, whichever node made it, and merges that partition's keys; the assembler puts the folds' Arrow tables in
+order, and the later stages read them as the build's knowledge (stages/knowledge_tables.py). The tasks spread over
+every node with CPUs; no task holds more than its block or its partition, and the assembler never parses an
+extraction. The result equals the merge of every extraction in corpus order.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from hygraph.indexing.placement import placement
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages import ingest
 from hygraph.indexing.stages import knowledge_merge as km
-from hygraph.indexing.stages.knowledge import Knowledge
 from hygraph.model import Extraction
 
 # Extractions per map task (40-70 MiB of pickled records with the extractive backend's extractions), and the most
@@ -41,12 +41,13 @@ def _fold(*parts: list[km.Record]) -> tuple[pa.Table, pa.Table, pa.Table, Report
     return (*km.fold(parts), ingest.worker_report())
 
 
-def merge(blocks: Sequence[Block], stages: Stages, pinned: bool) -> Knowledge:
-    """The Knowledge of every extraction of `blocks` (consecutive ordinals, in order), merged by Ray tasks."""
+def merge(blocks: Sequence[Block], stages: Stages, pinned: bool) -> km.Folded:
+    """The knowledge of every extraction of `blocks` (consecutive ordinals, in order), merged by Ray tasks: its
+    ordered tables (`knowledge_merge.ordered`)."""
     import ray
 
     if not blocks:
-        return Knowledge()
+        return km.ordered([])
     t0 = time.perf_counter()
     parts = max(2, min(len(blocks), MAX_PARTITIONS))
     nodes = sum(1 for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0)
@@ -70,7 +71,7 @@ def merge(blocks: Sequence[Block], stages: Stages, pinned: bool) -> Knowledge:
         stages.worker(rss, {node}, "knowledge")
     stages.note(f"knowledge: {len(blocks)} map tasks, {parts} partitions folded, on "
                 f"{', '.join(sorted({node for _, node in reports}))} in {time.perf_counter() - t0:.1f}s")
-    return km.combine(f[:3] for f in folded)
+    return km.ordered(f[:3] for f in folded)
 
 
 def blocks_of(extractions: Sequence[Extraction], kg: Extraction | None) -> list[Block]:

@@ -1,11 +1,13 @@
-"""The sharded knowledge merge (records -> fold per partition -> combine) equals the sequential merge, in order."""
+"""The sharded knowledge merge (records -> fold per partition -> ordered tables), read as the build reads it,
+equals the sequential merge, in order."""
 
 import random
 
 import pytest
 
 from hygraph.indexing.stages import knowledge_merge as km
-from hygraph.indexing.stages.knowledge import Knowledge, merge_extractions
+from hygraph.indexing.stages.knowledge import KnowledgeView, merge_extractions
+from hygraph.indexing.stages.knowledge_tables import KnowledgeTables
 from hygraph.model import Entity, Extraction, Hyperedge, Relation
 
 NAMES = ["Ada", "ADA", "Bob", "bob", "Cy", "Dan", "Eve", "Fay", "?"]
@@ -27,7 +29,7 @@ def _extractions(rng: random.Random, n: int) -> list[Extraction]:
     return out
 
 
-def _tables(kb: Knowledge) -> list[list]:
+def _tables(kb: KnowledgeView) -> list[list]:
     return [list(kb.entities.items()), [(k, sorted(v)) for k, v in kb.entity_chunks.items()],
             [(k, list(v.items())) for k, v in kb.surface_forms.items()],
             list(kb.relations.items()), [(k, sorted(v)) for k, v in kb.relation_chunks.items()],
@@ -35,7 +37,7 @@ def _tables(kb: Knowledge) -> list[list]:
 
 
 def _sharded(extractions: list[Extraction], parts: int, rng: random.Random,
-             kg: Extraction | None = None) -> Knowledge:
+             kg: Extraction | None = None) -> KnowledgeTables:
     triples = [(i, ex, ex.chunk_id) for i, ex in enumerate(extractions)]
     if kg is not None:
         triples.append((len(extractions), kg, None))
@@ -48,7 +50,7 @@ def _sharded(extractions: list[Extraction], parts: int, rng: random.Random,
         rng.shuffle(inputs)  # blocks reach a fold in any order
         folds.append(km.fold(inputs))
     rng.shuffle(folds)
-    return km.combine(folds)
+    return KnowledgeTables(km.ordered(folds), [ex.chunk_id for ex in extractions])
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -80,7 +82,30 @@ def test_an_end_met_before_its_entity_record_adds_it_with_that_chunk_only():
     # The end came first, as an entity of score 1.0 named by its id: the 0.9 record does not replace it, and the
     # surface forms "bob" and "Bob" tie, so the first met names it.
     assert kb.entities["bob"] == Entity("bob", "bob", "", "", 1.0)
-    assert kb.entity_chunks["bob"] == {"c1", "c2"}
-    assert kb.entity_chunks["ada"] == {"c1"}  # met as c2's end again: already known, no support added
+    assert kb.entity_chunks["bob"] == ("c1", "c2")
+    assert kb.entity_chunks["ada"] == ("c1",)  # met as c2's end again: already known, no support added
     assert list(kb.entities) == ["ada", "bob"]
 
+
+
+def test_the_tables_hand_out_the_entity_tables_and_the_builds_own_strings():
+    chunk_ids = ["".join(["c", "1"]), "".join(["c", "2"])]  # strings made here, not the extractions' own
+    exs = [Extraction("c1", [Entity("ada", "Ada")], [Relation.make("Ada", "knows", "Bob")],
+                      [Hyperedge.make("Ada met Bob.", ["Ada", "Bob"])]),
+           Extraction("c2", [Entity("bob", "Bob")])]
+    mapped = [km.records([(i, ex, ex.chunk_id) for i, ex in enumerate(exs)], 2)]
+    kb = KnowledgeTables(km.ordered(km.fold([m[p] for m in mapped]) for p in range(2)), chunk_ids)
+    ids = {e: e for e in kb.entities}
+    rel = next(iter(kb.relations.values()))
+    assert rel.head is ids["ada"] and rel.tail is ids["bob"]
+    assert all(m is ids[m] for m in next(iter(kb.hyperedges.values())).entities)
+    assert kb.entity_chunks["bob"][0] is chunk_ids[0] and kb.entity_chunks["bob"][1] is chunk_ids[1]
+    assert "nobody" not in kb.entities and kb.entities.get("nobody") is None and len(kb.entity_chunks) == 2
+    with pytest.raises(KeyError):
+        kb.relations["nobody"]
+
+
+def test_a_chunk_the_build_does_not_have_is_refused():
+    mapped = km.records([(0, Extraction("c9", [Entity("ada", "Ada")]), "c9")], 1)
+    with pytest.raises(ValueError, match="not one of the build's"):
+        KnowledgeTables(km.ordered([km.fold([mapped[0]])]), ["c1"])

@@ -20,7 +20,7 @@ import numpy as np
 
 from hygraph.config import HygraphConfig
 from hygraph.core.graph import EDGE_KINDS, HybridGraph, build_hybrid_graph
-from hygraph.indexing.stages.knowledge import Knowledge, KnowledgeChange
+from hygraph.indexing.stages.knowledge import KnowledgeChange, KnowledgeView
 from hygraph.indexing.state import IndexState
 from hygraph.store.artifacts import (CHUNKS, ENTITIES, GRAPH, HYPEREDGES, NODE_CHUNK, NODE_ENTITY,
                                      NODE_HYPEREDGE, RELATIONS, GraphNodeRow)
@@ -32,7 +32,7 @@ _EDGE_KIND = {frozenset([NODE_CHUNK]): "chunk_chunk", frozenset([NODE_ENTITY]): 
               frozenset([NODE_HYPEREDGE, NODE_CHUNK]): "hyperedge_chunk"}
 
 
-def build(cfg: HygraphConfig, chunk_ids: Sequence[str], kb: Knowledge) -> HybridGraph:
+def build(cfg: HygraphConfig, chunk_ids: Sequence[str], kb: KnowledgeView) -> HybridGraph:
     chunk_entities: dict[str, set[str]] = {cid: set() for cid in chunk_ids}
     for eid, cids in kb.entity_chunks.items():
         for cid in cids:

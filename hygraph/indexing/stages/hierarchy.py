@@ -29,7 +29,7 @@ from hygraph.core.hierarchy import (Hierarchy, Layer0Blocks, build_hierarchy, la
                                     summary_key)
 from hygraph.core.leiden_context import context_aware_partition
 from hygraph.indexing.stages.hierarchy_layers import EntityNumbers, HierarchyEdit, LayerIndex
-from hygraph.indexing.stages.knowledge import Knowledge, entity_relations, per_chunk
+from hygraph.indexing.stages.knowledge import KnowledgeView, entity_relations, per_chunk
 from hygraph.indexing.stages.vectors import VectorDelta
 from hygraph.indexing.state import IndexState
 from hygraph.model import SummaryNode
@@ -44,7 +44,7 @@ BETWEENNESS_SAMPLE = 256
 
 
 class Source(Protocol):
-    """What a summary request reads about layer-0 nodes (the build's Knowledge, or an update's state)."""
+    """What a summary request reads about layer-0 nodes (the build's knowledge, or an update's state)."""
 
     def node_text(self, node_id: str) -> str: ...
 
@@ -86,9 +86,9 @@ def summary_request(members: Sequence[str], leaves: Sequence[str], summaries: Ma
 
 
 class KnowledgeSource:
-    """A build's Source: the whole Knowledge in memory."""
+    """A build's Source: the whole knowledge at hand."""
 
-    def __init__(self, chunk_ids: Sequence[str], chunk_texts: Sequence[str], kb: Knowledge) -> None:
+    def __init__(self, chunk_ids: Sequence[str], chunk_texts: Sequence[str], kb: KnowledgeView) -> None:
         self.kb = kb
         self.chunk_text = dict(zip(chunk_ids, chunk_texts))
         self._chunk_entities = {cid: ck.entities for cid, ck in per_chunk(kb).items()}
@@ -227,7 +227,7 @@ class _Segments:
 
 
 def build(cfg: HygraphConfig, chunk_ids: Sequence[str], chunk_texts: Sequence[str], chunk_vecs: np.ndarray,
-          kb: Knowledge, hg: HybridGraph, node_vecs: dict[str, np.ndarray], llm: LLM,
+          kb: KnowledgeView, hg: HybridGraph, node_vecs: dict[str, np.ndarray], llm: LLM,
           embed: Callable[[Sequence[str]], np.ndarray], note: Callable[[str], None] = lambda _: None
           ) -> HierarchyResult:
     h = cfg.hierarchy

@@ -17,7 +17,7 @@ from bisect import insort
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -135,6 +135,32 @@ class Knowledge:
         return self
 
 
+class KnowledgeView(Protocol):
+    """What the build's stages after the merge read of the knowledge, by key and in the merge's order: a `Knowledge`,
+    or the knowledge shuffle's tables (stages/knowledge_tables.py). A support map's values are chunk ids."""
+
+    @property
+    def entities(self) -> Mapping[str, Entity]: ...
+
+    @property
+    def entity_chunks(self) -> Mapping[str, Collection[str]]: ...
+
+    @property
+    def relations(self) -> Mapping[str, Relation]: ...
+
+    @property
+    def relation_chunks(self) -> Mapping[str, Collection[str]]: ...
+
+    @property
+    def hyperedges(self) -> Mapping[str, Hyperedge]: ...
+
+    @property
+    def hyperedge_chunks(self) -> Mapping[str, Collection[str]]: ...
+
+    @property
+    def surface_forms(self) -> Mapping[str, Mapping[str, int]]: ...
+
+
 def merge_extractions(extractions: Iterable[Extraction]) -> Knowledge:
     kb = Knowledge()
     for ex in extractions:
@@ -213,7 +239,7 @@ class ChunkKnowledge:
     hyperedges: list[str] = field(default_factory=list)
 
 
-def per_chunk(kb: Knowledge) -> dict[str, ChunkKnowledge]:
+def per_chunk(kb: KnowledgeView) -> dict[str, ChunkKnowledge]:
     """Each chunk's entities, relations and hyperedges, in the order of the Knowledge's tables."""
     out: dict[str, ChunkKnowledge] = defaultdict(ChunkKnowledge)
     for eid, cids in kb.entity_chunks.items():
@@ -228,7 +254,7 @@ def per_chunk(kb: Knowledge) -> dict[str, ChunkKnowledge]:
     return out
 
 
-def entity_relations(kb: Knowledge, relation_ids: Iterable[str]) -> dict[str, list[str]]:
+def entity_relations(kb: KnowledgeView, relation_ids: Iterable[str]) -> dict[str, list[str]]:
     """Entity -> the relations naming it, in relation order (a self-loop is listed once per end)."""
     out: dict[str, list[str]] = defaultdict(list)
     for rid in relation_ids:
@@ -238,7 +264,7 @@ def entity_relations(kb: Knowledge, relation_ids: Iterable[str]) -> dict[str, li
     return out
 
 
-def entity_hyperedges(kb: Knowledge, hyperedge_ids: Iterable[str]) -> dict[str, list[str]]:
+def entity_hyperedges(kb: KnowledgeView, hyperedge_ids: Iterable[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = defaultdict(list)
     for hid in hyperedge_ids:
         for eid in kb.hyperedges[hid].entities:
@@ -246,7 +272,7 @@ def entity_hyperedges(kb: Knowledge, hyperedge_ids: Iterable[str]) -> dict[str, 
     return out
 
 
-def entity_row(kb: Knowledge, eid: str, relations: Sequence[str], hyperedges: Sequence[str],
+def entity_row(kb: KnowledgeView, eid: str, relations: Sequence[str], hyperedges: Sequence[str],
                embedding: np.ndarray) -> EntityRow:
     ent = kb.entities.get(eid) or Entity(eid, eid)
     forms = kb.surface_forms.get(eid) or Counter({ent.name: 1})
@@ -256,18 +282,18 @@ def entity_row(kb: Knowledge, eid: str, relations: Sequence[str], hyperedges: Se
                      np.asarray(embedding, dtype=np.float32))
 
 
-def relation_row(kb: Knowledge, rid: str) -> RelationRow:
+def relation_row(kb: KnowledgeView, rid: str) -> RelationRow:
     r = kb.relations[rid]
     return RelationRow(rid, r.head, r.relation, r.tail, float(r.score), tuple(sorted(kb.relation_chunks.get(rid, ()))))
 
 
-def hyperedge_row(kb: Knowledge, hid: str) -> HyperedgeRow:
+def hyperedge_row(kb: KnowledgeView, hid: str) -> HyperedgeRow:
     h = kb.hyperedges[hid]
     return HyperedgeRow(hid, h.text, tuple(h.entities), float(h.score),
                         tuple(sorted(kb.hyperedge_chunks.get(hid, ()))))
 
 
-def entity_text(kb: Knowledge, eid: str) -> str:
+def entity_text(kb: KnowledgeView, eid: str) -> str:
     """What an entity's text vector embeds: its name (questions name entities, not descriptions)."""
     return kb.entities[eid].name
 
@@ -277,14 +303,17 @@ def relation_text(name_of: Callable[[str], str], relation: Relation) -> str:
     return f"{name_of(relation.head)} {relation.relation} {name_of(relation.tail)}"
 
 
-def build_rows(kb: Knowledge, entity_ids: Sequence[str], hyperedge_ids: Sequence[str],
-               entity_vectors: np.ndarray) -> tuple[list[EntityRow], list[RelationRow], list[HyperedgeRow]]:
-    """The entity (graph order), relation (creation order) and hyperedge (graph order) rows of a build."""
+def build_rows(kb: KnowledgeView, entity_ids: Sequence[str], hyperedge_ids: Sequence[str],
+               entity_vectors: np.ndarray) -> Iterator[list[EntityRow] | list[RelationRow] | list[HyperedgeRow]]:
+    """The entity (graph order), relation (creation order) and hyperedge (graph order) rows of a build, one table's
+    rows at a time: a caller that writes each table before asking for the next never holds two."""
     rels = entity_relations(kb, kb.relations)
     hes = entity_hyperedges(kb, hyperedge_ids)
-    entities = [entity_row(kb, eid, rels.get(eid, ()), hes.get(eid, ()), entity_vectors[i])
-                for i, eid in enumerate(entity_ids)]
-    return entities, [relation_row(kb, rid) for rid in kb.relations], [hyperedge_row(kb, hid) for hid in hyperedge_ids]
+    yield [entity_row(kb, eid, rels.get(eid, ()), hes.get(eid, ()), entity_vectors[i])
+           for i, eid in enumerate(entity_ids)]
+    del rels, hes
+    yield [relation_row(kb, rid) for rid in kb.relations]
+    yield [hyperedge_row(kb, hid) for hid in hyperedge_ids]
 
 
 # ------------------------------------------------------------------ update: the same rules on the touched rows

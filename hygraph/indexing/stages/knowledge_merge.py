@@ -1,4 +1,4 @@
-"""The knowledge merge as a shuffle: extractions -> keyed records -> one fold per key partition -> one Knowledge.
+"""The knowledge merge as a shuffle: extractions -> keyed records -> one fold per key partition -> ordered tables.
 
 `Knowledge.add` merges extractions in corpus order, and every order it depends on is an order among the records of
 one key: an entity keeps the first of its highest-scored records, falls back to an older record's type and
@@ -6,9 +6,10 @@ description, counts its surface forms in the order first met; a relation's end a
 entity id was not met before; a relation or hyperedge keeps the first of its highest-scored records. So the merge
 can be split by key: `records` turns a block of extractions into records that carry their key and their position
 in the whole sequence (extraction ordinal, then place within the extraction) and go to the partition of their key;
-`fold` runs the same `Knowledge` methods over one partition's records in position order; `combine` puts the
-partitions' keys back in the order of their first position. The result equals `merge_extractions` over the whole
-sequence, table for table and in order (tests/unit/test_knowledge_merge.py).
+`fold` runs the same `Knowledge` methods over one partition's records in position order; `ordered` puts the
+partitions' keys back in the order of their first position. Read as a Knowledge (stages/knowledge_tables.py), the
+result equals `merge_extractions` over the whole sequence, table for table and in order
+(tests/unit/test_knowledge_merge.py).
 
 Records are plain tuples, which Ray pickles between the map and fold tasks (indexing/knowledge_shuffle.py):
 converting them to Arrow and back cost more than the merge itself. A fold's result, a few fields per key, is Arrow
@@ -18,13 +19,12 @@ converting them to Arrow and back cost more than the merge itself. A fold's resu
 from __future__ import annotations
 
 import zlib
-from collections import Counter
 from itertools import chain
 from operator import itemgetter
 from typing import Iterable
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hygraph.indexing.stages.knowledge import Knowledge
 from hygraph.model import Entity, Extraction, Hyperedge, Relation
@@ -125,39 +125,13 @@ def fold(parts: Iterable[list[Record]]) -> Folded:
                      schema=FOLDED_HYPEREDGES))
 
 
-def combine(folds: Iterable[Folded]) -> Knowledge:
-    """The partitions' folds as one Knowledge, each table in the order of its keys' first positions (and each
-    support map in the order of the first chunk that supported a key), as the sequential merge makes them. One
-    table's Python values are made at a time.
-
-    A chunk id, or an entity id that relations and hyperedges name, is one string object however many times it
-    is named (as in the sequential merge, whose records of one extraction share its strings): read from Arrow,
-    each would be a copy of its own, hundreds of MB at 50k passages."""
+def ordered(folds: Iterable[Folded]) -> Folded:
+    """The partitions' folds as one table per kind, its rows in the order of their keys' first positions: the order
+    of the sequential merge's tables (stages/knowledge_tables.py reads them as the build's knowledge)."""
     folded = list(folds)
-    kb = Knowledge()
-    same: dict[str, str] = {}
-    one = same.setdefault
+    out = []
     for table, schema in enumerate((FOLDED_ENTITIES, FOLDED_RELATIONS, FOLDED_HYPEREDGES)):
         t = pa.concat_tables([f[table] for f in folded]) if folded else schema.empty_table()
-        c = {name: t.column(name).to_pylist() for name in schema.names if name not in ("first", "first_chunked")}
-        keys = c["key"]
-        for i in np.argsort(t.column("first").to_numpy(), kind="stable").tolist():
-            key = keys[i]
-            if table == 0:
-                key = keys[i] = one(key, key)
-                kb.entities[key] = Entity(key, c["name"][i], c["type"][i], c["description"][i], c["score"][i])
-                forms = kb.surface_forms[key] = Counter()
-                dict.update(forms, zip(c["forms"][i], c["form_counts"][i]))  # as Counter(...), without its checks
-            elif table == 1:
-                head, tail = c["head"][i], c["tail"][i]
-                kb.relations[key] = Relation(key, one(head, head), c["relation"][i], one(tail, tail), c["score"][i])
-            else:
-                members = tuple(one(m, m) for m in c["members"][i])
-                kb.hyperedges[key] = Hyperedge(key, c["text"][i], members, c["score"][i])
-        support = (kb.entity_chunks, kb.relation_chunks, kb.hyperedge_chunks)[table]
-        supported = t.column("first_chunked").fill_null(-1).to_numpy()
-        at = np.flatnonzero(supported >= 0)
-        for i in at[np.argsort(supported[at], kind="stable")].tolist():
-            support[keys[i]] = {one(cid, cid) for cid in c["chunks"][i]}
-        del t, c, keys
-    return kb
+        # A position is one record's: no ties. One chunk per column: the readers use its buffers as they are.
+        out.append(t.take(pc.sort_indices(t.column("first"))).combine_chunks())
+    return out[0], out[1], out[2]

@@ -18,7 +18,7 @@ import numpy as np
 from hygraph.backends.vectorstore import KINDS, VectorStore
 from hygraph.indexing.progress import Stages
 from hygraph.indexing.stages.ingest import EmbedPool
-from hygraph.indexing.stages.knowledge import Knowledge, KnowledgeChange, entity_text, relation_text
+from hygraph.indexing.stages.knowledge import KnowledgeChange, KnowledgeView, entity_text, relation_text
 from hygraph.indexing.state import IndexState
 from hygraph.store.artifacts import ENTITIES, HYPEREDGES, RELATIONS
 from hygraph.store.versions import IndexStore
@@ -54,7 +54,7 @@ class VectorDelta:
         return sum(len(ids) for ids, _, _ in self.upserts.values()) + sum(len(v) for v in self.retired.values())
 
 
-def knowledge_texts(kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequence[str],
+def knowledge_texts(kb: KnowledgeView, entity_ids: Sequence[str], relation_ids: Sequence[str],
                     hyperedge_ids: Sequence[str]) -> list[str]:
     name = kb.entities.__getitem__
     return ([entity_text(kb, e) for e in entity_ids]
@@ -62,7 +62,7 @@ def knowledge_texts(kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequ
             + [kb.hyperedges[h].text for h in hyperedge_ids])
 
 
-def build(pool: EmbedPool, kb: Knowledge, entity_ids: Sequence[str], relation_ids: Sequence[str],
+def build(pool: EmbedPool, kb: KnowledgeView, entity_ids: Sequence[str], relation_ids: Sequence[str],
           hyperedge_ids: Sequence[str], stages: Stages, batch_size: int) -> dict[str, np.ndarray]:
     """Text vectors of every entity, relation and hyperedge, per kind, rows in the given id order.
 
