@@ -109,3 +109,9 @@ def test_a_chunk_the_build_does_not_have_is_refused():
     mapped = km.records([(0, Extraction("c9", [Entity("ada", "Ada")]), "c9")], 1)
     with pytest.raises(ValueError, match="not one of the build's"):
         KnowledgeTables(km.ordered([km.fold([mapped[0]])]), ["c1"])
+
+
+def test_no_extractions_read_as_empty_knowledge():
+    for folds in ([], [km.fold([[]])]):
+        kb = KnowledgeTables(km.ordered(folds), ["c1"])
+        assert not kb.entities and not kb.relations and not kb.hyperedges and not kb.entity_chunks
