@@ -38,8 +38,13 @@ def cleora_init(node_ids: Sequence[str], dim: int, seed: int) -> np.ndarray:
     word_keys = np.arange((dim + 63) // 64, dtype=np.uint64) * _GOLDEN
     words = _splitmix64(node_words[:, None] ^ word_keys[None, :]).astype("<u8")
     bits = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :dim]
-    signs = 1.0 - 2.0 * bits.astype(np.float32)
-    return signs / np.float32(np.sqrt(dim))
+    # In place: at a million nodes each (n, dim) temporary is half a GiB.
+    signs = bits.astype(np.float32)
+    del bits
+    signs *= -2.0
+    signs += 1.0
+    signs /= np.float32(np.sqrt(dim))
+    return signs
 
 
 def _transition(adj: sp.csr_matrix) -> sp.csr_matrix:
@@ -84,7 +89,8 @@ def cleora_embed(
                                      check_invariants=False, is_coalesced=True)
     z = torch.from_numpy(embedding).to(dev)
     for _ in range(iterations):
-        z = torch.nn.functional.normalize(matrix @ z, p=2.0, dim=1)
+        z = matrix @ z
+        z /= z.norm(p=2.0, dim=1, keepdim=True).clamp_min(1e-12)  # F.normalize, without its (n, dim) copy
     return z.cpu().numpy()
 
 
