@@ -326,6 +326,10 @@ def test_reopening_a_loaded_collection_costs_one_state_query_and_a_released_one_
         store.client.release_collection(name)
         store.open(name)
         assert calls == ["load"]
+        store.release(name)  # as a build does once a collection is sealed: its readers load it
+        assert not store._loaded(name)
+        store.open(name)
+        assert calls == ["load", "load"]
     finally:
         del store.client.load_collection
     [hits] = store.search(name, vecs[1:2], 1)

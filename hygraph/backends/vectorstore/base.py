@@ -53,6 +53,11 @@ class VectorStore(Protocol):
         """Make an existing collection searchable in this process (load it after a server restart)."""
         ...
 
+    def release(self, name: str) -> None:
+        """Free what holds `name` in memory for search (a build's collections, which only their readers search:
+        each reader's `open` loads it again)."""
+        ...
+
     def search(self, name: str, queries: np.ndarray, k: int,
                layer: int | None = None) -> list[list[Hit]]: ...
 

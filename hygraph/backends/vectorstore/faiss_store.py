@@ -104,6 +104,9 @@ class FaissStore:
             del self._cols[name]
         self._load(name)
 
+    def release(self, name: str) -> None:
+        self._cols.pop(name, None)
+
     def persist(self, *names: str) -> None:
         for name in names:
             self.seal(name)

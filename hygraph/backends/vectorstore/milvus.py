@@ -303,6 +303,10 @@ class MilvusStore:
         self.persist(name)  # a fresh load may still be replaying the log: wait until it caught up
         self._opened.add(name)
 
+    def release(self, name: str) -> None:
+        self._call("release_collection", self.client.release_collection, name)
+        self._opened.discard(name)
+
     def _loaded(self, name: str) -> bool:
         from pymilvus.client.types import LoadState
 

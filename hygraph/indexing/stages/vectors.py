@@ -197,6 +197,9 @@ class CollectionWriter:
         # `finish` runs after the last of them, so a build killed in between would have to write again every
         # collection it had sealed (the relations' index build alone took 106 s at 20k passages).
         self._on_written(kind, name)
+        # Searched by the readers of the version, which load it: held loaded by the server through the build, the
+        # collections were 2.5 GiB of its memory at 50k passages beside the build's own (docs/bench/build_scale.md).
+        self.vs.release(name)
 
     def __enter__(self) -> "CollectionWriter":
         return self
