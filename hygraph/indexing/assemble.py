@@ -232,25 +232,31 @@ def _relayed(ray: Any, actor: Any, ref: Any) -> Any:
 
 def _start_assembler(job: Assembly, stages: Stages, passages: int) -> Any:
     """The actor, with the memory the build needs declared to Ray (`indexing.assembler_memory_gb`, else an
-    estimate from the corpus size, capped at the largest node's). An index on object storage keeps its
-    checkpoint in this node's cache directory, so its actor is pinned to this node."""
+    estimate from the corpus size, capped at what the largest node that can run it offers). An index on object
+    storage keeps its checkpoint in this node's cache directory, so its actor is pinned to this node."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     icfg = job.cfg.indexing
-    largest = max((n["Resources"].get("memory", 0) for n in ray.nodes() if n["Alive"]), default=0)
+    pinned = is_remote(job.index_dir)
+    here = ray.get_runtime_context().get_node_id()
+    # Only a node the actor fits on by its other resources: a head with no CPUs may offer more memory than
+    # any worker, and an actor asking for that would wait forever.
+    hosts = [n for n in ray.nodes() if n["Alive"] and (
+        n["NodeID"] == here if pinned else n["Resources"].get("CPU", 0) >= icfg.assembler_num_cpus
+        and n["Resources"].get("GPU", 0) >= icfg.assembler_num_gpus)]
+    largest = max((n["Resources"].get("memory", 0) for n in hosts), default=0)
     want = (int(icfg.assembler_memory_gb * 2**30) if icfg.assembler_memory_gb
             else (1 << 30) + BYTES_PER_PASSAGE * passages)
     memory = int(min(want, largest)) if largest else want
     if memory < want:
-        stages.note(f"assemble: the build wants about {want / 2**30:.1f} GiB; the largest node offers "
-                    f"{largest / 2**30:.1f} GiB")
+        stages.note(f"assemble: the build wants about {want / 2**30:.1f} GiB; the largest node that can run it "
+                    f"offers {largest / 2**30:.1f} GiB")
     options: dict[str, Any] = {"num_cpus": icfg.assembler_num_cpus, "num_gpus": icfg.assembler_num_gpus,
                                "memory": memory, "max_concurrency": 2}
-    if is_remote(job.index_dir):
+    if pinned:
         # No CPU share: the node running this command may be a head that offers none.
-        options.update(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=False))
+        options.update(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
     return ray.remote(Assembler).options(**options).remote()
 
 

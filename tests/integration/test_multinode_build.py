@@ -25,8 +25,10 @@ COUNTS = ("documents", "chunks", "entities", "relations", "hyperedges", "summari
 # On a 1-CPU node one embedding actor (0.6 CPU), the extraction actor (0.25) and the chunk tasks (0.1) fit
 # together: the two embedding actors (embedder.pool_size 2) land one on each node, and so do the hierarchy's
 # two encoder actors. (Ray 2.60 stalls an actor
-# pool whose CPUs reach a node's.) The writer lease is taken over 3 s after a killed driver.
-BUILD_ENV = {"HYGRAPH__EMBEDDER__NUM_CPUS": "0.6", "HYGRAPH__STORE__LEASE_S": "3"}
+# pool whose CPUs reach a node's.) The writer lease is taken over 3 s after a killed driver. The assembler asks
+# for more memory than any node has: it gets the most a worker offers (the head, which has no CPUs, offers more).
+BUILD_ENV = {"HYGRAPH__EMBEDDER__NUM_CPUS": "0.6", "HYGRAPH__STORE__LEASE_S": "3",
+             "HYGRAPH__INDEXING__ASSEMBLER_MEMORY_GB": "100000"}
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +107,10 @@ def test_a_multinode_build_survives_a_node_death_and_resumes_after_a_driver_kill
     # workers ran it. (The Ray Data stages use both when their input spans several bundles: 16 passages and
     # their 400-odd knowledge texts are one bundle each, so which workers ran them is printed, not asserted.)
     assert placed["hierarchy"] == alive
-    # The knowledge merge's tasks take the nodes in turn: one map task, and a fold of each of two partitions.
-    assert placed["knowledge"] == alive
+    # The knowledge merge's tasks take the nodes in turn: one map task, and a fold of each of two partitions
+    # (unless the killed run had finished the stage: it is kept then).
+    if "knowledge" not in again["resumed_stages"]:
+        assert placed["knowledge"] == alive
     # Hyperbolic and lexical, Ray tasks of their own, ran on the other worker than the assembler's (which ran the
     # hybrid graph), unless this run loaded them from the checkpoint.
     for stage in {"hyperbolic", "lexical"} - set(again["resumed_stages"]):
