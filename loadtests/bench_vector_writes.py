@@ -134,6 +134,8 @@ def replay(dump_dir: Path, index_dir: str, recall_queries: int = 0) -> None:
                 for kind, (ids, vecs, layers, metric) in data.items():
                     writer.write(kind, ids, vecs, metric=metric, layers=layers)
             dt = time.perf_counter() - t0
+            for name in writer.collections.values():
+                vs.open(name)  # as the version's readers do (a build leaves its collections released)
             for kind, (ids, vecs, _, _) in data.items():
                 step = max(1, len(ids) // 500)
                 assert np.array_equal(vs.fetch(writer.collections[kind], ids[::step]), vecs[::step]), kind
@@ -156,7 +158,8 @@ def replay(dump_dir: Path, index_dir: str, recall_queries: int = 0) -> None:
                                         "efConstruction": cfg.hnsw_ef_construction, "ef": cfg.hnsw_ef_search},
                               **({"recall_at_10": recall, "search_p50_ms": search_ms} if recall else {})}),
                   flush=True)
-            writer.drop_all()
+            for name in writer.collections.values():
+                vs.drop(name)
     finally:
         vs.close()
 

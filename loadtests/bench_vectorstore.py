@@ -6,7 +6,7 @@
 
 Random unit vectors (dim 384, like MiniLM's), one IP collection with the configured index
 (HNSW by default). Prints one JSON line: seconds to start (or attach to) the managed server, to
-upsert and to seal (flush, build the index, load), single-query search p50/p95 over 200 queries
+upsert, to seal (flush, build the index) and to open (load), single-query search p50/p95 over 200 queries
 with and without the layer filter, a 2,000-id fetch, and the server process's RSS afterwards
 (with network isolation, Milvus's and the relay's). `--isolation none` against the default
 measures the relay: every call then goes to the proxy directly.
@@ -63,6 +63,9 @@ def main() -> None:
         t = time.perf_counter()
         store.seal(name)
         out["seal_s"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        store.open(name)
+        out["open_s"] = round(time.perf_counter() - t, 1)
         for q in queries[:10]:
             store.search(name, q[None], 10)
         for label, layer in (("search", None), ("search_layer_filter", 0)):

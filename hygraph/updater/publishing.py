@@ -149,6 +149,7 @@ class Publisher:
                 self.vectors.create(rebuilt, storage.shape[1], "L2")
                 self.vectors.upsert(rebuilt, ids, storage, w.version)
                 self.vectors.seal(rebuilt)
+                self.vectors.open(rebuilt)  # the live index fetches its points
             written = [kind for kind, (ids, _, _) in delta.upserts.items() if ids and kind in collections]
             for kind in written:
                 ids, vecs, layers = delta.upserts[kind]

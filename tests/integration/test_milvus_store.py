@@ -99,6 +99,7 @@ def test_every_store_path(store, index_dir, tmp_path, uri, index_type, metric):
         s.upsert(name, ids, vecs, version=1, layers=layers)  # five batches of five
         s.persist(name)
         s.seal(name)
+        s.open(name)  # sealed is not loaded: a reader loads it
         [hits] = s.search(name, vecs[4:5], 5)
         assert hits[0].id == ids[4] and len(hits) == 5
         assert hits[0].score == pytest.approx(1.0 if metric == "IP" else 0.0, abs=1e-4)
@@ -134,6 +135,7 @@ def test_hostile_ids_are_data_never_code(store):
     store.create(name, 8, "IP")
     store.upsert(name, ids, vecs, version=1)
     store.seal(name)
+    store.open(name)  # sealed is not loaded: a reader loads it
     for i, item_id in enumerate(ids):
         assert np.allclose(store.fetch(name, [item_id]), vecs[i:i + 1], atol=1e-6), item_id
         [hits] = store.search(name, vecs[i:i + 1], 1)
@@ -163,6 +165,7 @@ def test_a_bulk_fill_reads_back_exactly_and_takes_upserts_after(store):
     store.create(name, 16, "IP")
     store.fill(name, ids, vecs, version=1, layers=layers)
     store.seal(name)
+    store.open(name)  # sealed is not loaded: a reader loads it
     assert np.array_equal(store.fetch(name, ids[::-1]), vecs[::-1])
     for i in (0, 37, *range(len(plain), len(ids))):
         [hits] = store.search(name, vecs[i:i + 1], 1)
@@ -208,6 +211,7 @@ def test_a_partly_written_collection_is_reopened_and_continued_with_each_row_onc
             resumed.fill(name, [ids[i] for i in lacking], vecs[lacking], version=1,
                          layers=[layers[i] for i in lacking])
         resumed.seal(name)
+        resumed.open(name)  # sealed is not loaded: a reader loads it
         assert _count(resumed, name) == len(ids)
         assert np.array_equal(resumed.fetch(name, ids), vecs)
         [hits] = resumed.search(name, vecs[5:6], 3)
@@ -293,6 +297,7 @@ def test_writes_are_visible_to_another_process_after_persist(store, index_dir):
     store.create(name, 8, "IP")
     store.upsert(name, ["a"], _unit(rng, 1), version=1)
     store.seal(name)
+    store.open(name)  # sealed is not loaded: a reader loads it
     vec = _unit(rng, 1)
     store.upsert(name, ["fresh'\n"], vec, version=2)
     store.persist(name)
@@ -317,6 +322,7 @@ def test_reopening_a_loaded_collection_costs_one_state_query_and_a_released_one_
     store.create(name, 8, "IP")
     store.upsert(name, ["a", "b", "c"], vecs, version=1)
     store.seal(name)
+    store.open(name)  # sealed is not loaded: a reader loads it
     calls: list[str] = []
     real_load = store.client.load_collection
     store.client.load_collection = lambda *a, **k: (calls.append("load"), real_load(*a, **k))[1]
@@ -439,6 +445,7 @@ def test_restart_after_sigkill_keeps_every_acknowledged_row(tmp_path):
     s.create("crash_chunks", 8, "IP")
     s.upsert("crash_chunks", ids[:20], vecs[:20], version=1)
     s.seal("crash_chunks")
+    s.open("crash_chunks")  # sealed is not loaded: a reader loads it
     s.upsert("crash_chunks", ids[20:], vecs[20:], version=2)  # acknowledged, never flushed
     s.persist("crash_chunks")
     old = _state(tmp_path)
@@ -562,6 +569,7 @@ def test_a_fresh_reader_after_a_restart_sees_every_acknowledged_row(tmp_path):
         s.create(name, 8, "IP")
         s.upsert(name, ids[:20], vecs[:20], version=1)
         s.seal(name)
+        s.open(name)  # sealed is not loaded: a reader loads it
         s.upsert(name, ids[20:], vecs[20:], version=2)
         s.persist(name)
     s.close()  # the last client out: the server stops

@@ -40,7 +40,8 @@ class VectorStore(Protocol):
         ...
 
     def seal(self, name: str) -> None:
-        """Flush, build the vector index and load it for search."""
+        """Make the rows written so far durable and build the vector index over them; `open` then makes the
+        collection searchable (it may already be, in this process)."""
         ...
 
     def reopen(self, name: str, dim: int, metric: Metric) -> set[str] | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
@@ -43,6 +44,8 @@ CONSISTENCY = "Bounded"
 # A write request's deadline: generous (a 16 MiB request on a loaded machine), but a wedged server
 # fails the write instead of hanging it.
 WRITE_TIMEOUT_S = 300.0
+# How often `seal` asks whether an existing index has caught up with the rows flushed since it was created.
+INDEX_POLL_S = 0.5
 FIELDS = ("pk", "item_id", "vec", "kind", "layer", "version")
 # pymilvus logs a traceback for every failed call; hygraph maps those errors to its own one-line
 # messages, so its logger only speaks for what we do not handle. (Importing pymilvus configures its
@@ -233,14 +236,18 @@ class MilvusStore:
                 raise self._mapped("persist", exc) from None
 
     def seal(self, name: str) -> None:
+        """Flush, then build the index; `create_index` returns once every flushed segment is indexed. Not
+        loaded: a build's collections are searched by the readers of its version, which load them (`open`),
+        and loading each here to release it again cost the 200k-passage build a minute."""
         self._call("flush", self.client.flush, name)
-        self._index(name)
-        self.open(name)
+        if not self._index(name):
+            self._await_index(name)
 
-    def _index(self, name: str) -> None:
-        """Create the vector index unless it exists (the server builds it per flushed segment, once each)."""
+    def _index(self, name: str) -> bool:
+        """Create the vector index unless it exists (the server builds it per flushed segment, once each); True
+        where it was created, which waits until the segments flushed so far are indexed."""
         if self._call("list_indexes", self.client.list_indexes, name, field_name="vec"):
-            return
+            return False
         metric = self._metrics.get(name) or self._describe_metric(name)
         params = self.client.prepare_index_params()
         if self.cfg.index_type == "HNSW":
@@ -250,6 +257,21 @@ class MilvusStore:
             params.add_index(field_name="vec", index_type=self.cfg.index_type, metric_type=metric,
                              params={"nlist": 128} if self.cfg.index_type == "IVF_FLAT" else {})
         self._call("create_index", self.client.create_index, name, params)
+        return True
+
+    def _await_index(self, name: str) -> None:
+        """Wait until the index an earlier `_index` created covers every flushed row (a resumed build's collection:
+        the rows `fill` added since are indexed as their segments seal)."""
+        for index_name in self._call("list_indexes", self.client.list_indexes, name, field_name="vec") or []:
+            while True:
+                info = self._call("describe_index", self.client.describe_index, name, index_name)
+                if info.get("state") == "Failed":
+                    raise StoreError(f"Milvus could not index {name}: {str(info.get('index_state_fail_reason'))[:300]}")
+                pending = int(info.get("pending_index_rows", 0))
+                if info.get("state") == "Finished" or \
+                        (pending == 0 and int(info.get("indexed_rows", 0)) >= int(info.get("total_rows", 0))):
+                    break
+                time.sleep(INDEX_POLL_S)
 
     def reopen(self, name: str, dim: int, metric: Metric) -> set[str] | None:
         """The ids a collection holds that `create` made and a killed writer partly filled, so that a resumed
