@@ -10,8 +10,10 @@ indexed by id, which never changes for an entity while its displayed surface for
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
-from typing import Iterable, Sequence
+from contextlib import contextmanager
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -21,12 +23,27 @@ from hygraph.indexing.state import IndexState
 from hygraph.store.artifacts import ENTITIES, LEXICAL_CHUNKS, LEXICAL_ENTITIES, Artifact, PostingsRow
 
 
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector paused: its full collections walk every live object, so making millions of rows
+    costs it time in proportion to the rows made so far. A row is strings, a tuple and an array, none of which
+    can form a cycle, so reference counting frees them all. 1.5M entity postings (`build`): 31-35 -> 15-16 CPU s."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def postings(ids: Sequence[str], texts: Sequence[str]) -> list[PostingsRow]:
     """One row per document: its analyzed terms in first-seen order and their counts."""
     rows = []
-    for doc_id, text in zip(ids, texts):
-        counts = Counter(analyze(text))  # insertion-ordered: terms in first-seen order
-        rows.append(PostingsRow(doc_id, tuple(counts), np.fromiter(counts.values(), np.int64, len(counts))))
+    with _no_cycle_collection():
+        for doc_id, text in zip(ids, texts):
+            counts = Counter(analyze(text))  # insertion-ordered: terms in first-seen order
+            rows.append(PostingsRow(doc_id, tuple(counts), np.fromiter(counts.values(), np.int64, len(counts))))
     return rows
 
 
@@ -34,9 +51,10 @@ def build(chunk_ids: Sequence[str], chunk_texts: Sequence[str],
           entity_ids: Sequence[str] | None) -> dict[Artifact[PostingsRow], pa.Table]:
     """Both artifacts' tables (entity postings only for a graph index: `entity_ids` not None), in Arrow: the
     build runs this as a Ray task of its own and keeps them in its checkpoint until the snapshot is written."""
-    out = {LEXICAL_CHUNKS: LEXICAL_CHUNKS.to_arrow(postings(chunk_ids, chunk_texts), {})}
-    if entity_ids is not None:
-        out[LEXICAL_ENTITIES] = LEXICAL_ENTITIES.to_arrow(postings(entity_ids, entity_ids), {})
+    with _no_cycle_collection():  # the rows' conversion to Arrow too
+        out = {LEXICAL_CHUNKS: LEXICAL_CHUNKS.to_arrow(postings(chunk_ids, chunk_texts), {})}
+        if entity_ids is not None:
+            out[LEXICAL_ENTITIES] = LEXICAL_ENTITIES.to_arrow(postings(entity_ids, entity_ids), {})
     return out
 
 
