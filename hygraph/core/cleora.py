@@ -84,7 +84,7 @@ def cleora_embed(
     walk.sum_duplicates()
     if device == "cpu":
         # Not torch's COO: it needs int64 row and column copies of every edge (4.1 GiB more at 200k
-        # passages), and its product took 12x as long on a 30k-node graph.
+        # passages). On a 200k-node, 6M-edge graph this call took 2.6 CPU s and +362 MiB, torch's 3.7 s and +557.
         z = embedding
         for _ in range(iterations):
             z = walk @ z
