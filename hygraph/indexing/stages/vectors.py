@@ -197,8 +197,10 @@ class CollectionWriter:
         # `finish` runs after the last of them, so a build killed in between would have to write again every
         # collection it had sealed (the relations' index build alone took 106 s at 20k passages).
         self._on_written(kind, name)
-        # Searched by the readers of the version, which load it: held loaded by the server through the build, the
-        # collections were 2.5 GiB of its memory at 50k passages beside the build's own (docs/bench/build_scale.md).
+        # Searched by the readers of the version, which load it. What `reopen` loaded (Milvus) or `seal` keeps
+        # (FAISS) is let go: held through the build, the collections were 2.5 GiB of the server's memory at 50k
+        # passages beside the build's own (docs/bench/build_scale.md). A Milvus collection `seal` made is not
+        # loaded, and its release is one request that changes nothing.
         self.vs.release(name)
 
     def __enter__(self) -> "CollectionWriter":
